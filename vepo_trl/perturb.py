@@ -1,0 +1,276 @@
+"""Image perturbations for VEPO's counterfactual pass, applied to a Qwen2.5-VL processor's `pixel_values`.
+
+TRL keeps the processed `pixel_values` of a rollout, not the raw images, so the perturbations work there: each row is
+one 14x14 patch laid out as `(channel, temporal copy, 14, 14)` and normalised with the processor's per-channel mean
+and std. Pixel-space perturbations un-normalise to [0, 1], perturb, clamp and re-normalise, which equals perturbing
+the resized image and running the processor again. For a still image the processor stores the frame twice (the two
+temporal copies), so pixel-space noise is drawn once per pixel and shared by both copies.
+
+Every perturbation is seeded per image from the image's own content, the base seed and the training step: a response
+sees the same perturbed image whichever rows share its batch or process. Inputs are never modified.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from .utils import stable_seed
+
+
+__all__ = [
+    "PixelLayout",
+    "PERTURBATIONS",
+    "register_perturbation",
+    "get_perturbation",
+    "perturb_pixel_values",
+    "diffusion_alpha_bar",
+    "annealed_noise_step",
+    "image_seeds",
+    "patchify",
+]
+
+# OpenAI CLIP statistics, the defaults of Qwen2.5-VL's image processor
+_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+@dataclass(frozen=True)
+class PixelLayout:
+    """How a processor turned images into `pixel_values` rows: normalisation and patch geometry."""
+
+    image_mean: tuple[float, ...] = _CLIP_MEAN
+    image_std: tuple[float, ...] = _CLIP_STD
+    patch_size: int = 14
+    temporal_patch_size: int = 2
+    merge_size: int = 2
+
+    @classmethod
+    def from_image_processor(cls, image_processor) -> PixelLayout:
+        """Read the layout off a `Qwen2VLImageProcessor` (or anything with the same attributes)."""
+        mean = image_processor.image_mean
+        std = image_processor.image_std
+        channels = len(mean) if isinstance(mean, (list, tuple)) else 3
+        return cls(
+            image_mean=tuple(mean) if isinstance(mean, (list, tuple)) else (float(mean),) * channels,
+            image_std=tuple(std) if isinstance(std, (list, tuple)) else (float(std),) * channels,
+            patch_size=int(getattr(image_processor, "patch_size", 14)),
+            temporal_patch_size=int(getattr(image_processor, "temporal_patch_size", 2)),
+            merge_size=int(getattr(image_processor, "merge_size", 2)),
+        )
+
+    @property
+    def channels(self) -> int:
+        return len(self.image_mean)
+
+    @property
+    def row_size(self) -> int:
+        return self.channels * self.temporal_patch_size * self.patch_size**2
+
+    def _stats(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean = torch.tensor(self.image_mean, dtype=torch.float32, device=rows.device).view(1, -1, 1)
+        std = torch.tensor(self.image_std, dtype=torch.float32, device=rows.device).view(1, -1, 1)
+        return mean, std
+
+    def to_unit(self, rows: torch.Tensor) -> torch.Tensor:
+        """Normalised rows `(R, row_size)` -> pixel values in [0, 1] space, fp32, shaped `(R, C, Tp * P * P)`."""
+        mean, std = self._stats(rows)
+        return rows.float().view(rows.shape[0], self.channels, -1) * std + mean
+
+    def from_unit(self, unit: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Inverse of `to_unit`, back to `(R, row_size)` in `dtype`."""
+        mean, std = self._stats(unit)
+        return ((unit - mean) / std).reshape(unit.shape[0], -1).to(dtype)
+
+    def black_row(self, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """One normalised row of black pixels (value 0 in [0, 1] space). `(row_size,)`"""
+        unit = torch.zeros(1, self.channels, self.row_size // self.channels, device=device)
+        return self.from_unit(unit, dtype)[0]
+
+
+def patchify(frame: torch.Tensor, layout: PixelLayout) -> torch.Tensor:
+    """A `(C, H, W)` frame -> `(H/P * W/P, row_size)` rows in the processor's order, the frame repeated over the
+    temporal copies. Same reshape as `Qwen2VLImageProcessor.patchify`, so tests can compare the two."""
+    channels, height, width = frame.shape
+    p, m = layout.patch_size, layout.merge_size
+    grid_h, grid_w = height // p, width // p
+    patches = frame.reshape(channels, grid_h // m, m, p, grid_w // m, m, p)
+    patches = patches.permute(1, 4, 2, 5, 0, 3, 6)  # (gh/m, gw/m, m, m, C, P, P)
+    patches = patches.unsqueeze(5).expand(-1, -1, -1, -1, -1, layout.temporal_patch_size, -1, -1)
+    return patches.reshape(grid_h * grid_w, layout.row_size)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Noise schedule
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=4)
+def _alpha_bars(num_steps: int) -> tuple[float, ...]:
+    # NoisyRollout's schedule: sigmoid-spaced betas from 1e-5 to 5e-3 over `num_steps`, abar = cumprod(1 - beta)
+    betas = torch.sigmoid(torch.linspace(-6.0, 6.0, num_steps, dtype=torch.float64)) * (5e-3 - 1e-5) + 1e-5
+    return tuple(torch.cumprod(1.0 - betas, dim=0).tolist())
+
+
+def diffusion_alpha_bar(noise_step: int, num_steps: int = 1000) -> float:
+    """`abar_tau` of the paper's diffusion noise at 0-based step `tau` (tau=500: 0.7448)."""
+    if not 0 <= noise_step < num_steps:
+        raise ValueError(f"noise_step must be in [0, {num_steps - 1}], got {noise_step}.")
+    return _alpha_bars(num_steps)[noise_step]
+
+
+def annealed_noise_step(
+    training_step: int, total_steps: int, noise_step: int = 500, coefficient: float = 30.0, midpoint: int = 40
+) -> int:
+    """Sigmoid decay of the noise step over training (NoisyRollout): `int(tau0 * (1 - sigmoid(c (s - mid) / S)))`.
+
+    With tau0=500, c=30, mid=40 and 160 total steps: 499 at step 0, 250 at 40, 0 from 80 on.
+    """
+    if total_steps <= 0:
+        raise ValueError(f"total_steps must be positive to anneal the noise step, got {total_steps}.")
+    x = coefficient * (training_step - midpoint) / total_steps
+    return int(noise_step * (1.0 - 1.0 / (1.0 + math.exp(-x))))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Per-image seeds
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _image_row_counts(image_grid_thw: torch.Tensor, layout: PixelLayout) -> list[int]:
+    if image_grid_thw.ndim != 2 or image_grid_thw.shape[-1] != 3:
+        raise ValueError(f"image_grid_thw must be (num_images, 3), got {tuple(image_grid_thw.shape)}.")
+    grids = image_grid_thw.tolist()
+    for t, h, w in grids:
+        if t != 1:
+            raise ValueError(f"Perturbations apply to still images (grid t = 1), got a grid with t = {t}.")
+        if h % layout.merge_size or w % layout.merge_size:
+            raise ValueError(f"Image grid ({h}, {w}) is not a multiple of merge_size {layout.merge_size}.")
+    return [t * h * w for t, h, w in grids]
+
+
+def image_seeds(pixel_values: torch.Tensor, image_grid_thw: torch.Tensor, seed: int, step: int) -> list[int]:
+    """One seed per image from its content (exact integer checksums, the same on any device and in any batch),
+    its grid, the base seed and the step."""
+    counts = image_grid_thw.prod(-1).tolist()
+    quantized = torch.round(pixel_values.detach().double() * 1024).long()
+    columns = torch.arange(1, quantized.shape[1] + 1, device=quantized.device)
+    image_index = torch.repeat_interleave(torch.arange(len(counts), device=quantized.device), torch.tensor(counts))
+    local_row = torch.cat([torch.arange(1, c + 1) for c in counts]).to(quantized.device) if counts else image_index
+    row_sum = quantized.sum(-1)
+    weighted = (quantized * columns).sum(-1) * local_row
+    totals = torch.zeros(len(counts), 2, dtype=torch.long, device=quantized.device)
+    totals.index_add_(0, image_index, torch.stack([row_sum, weighted], -1))
+    grids = image_grid_thw.tolist()
+    return [stable_seed(seed, step, grid, a, b) for grid, (a, b) in zip(grids, totals.tolist())]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Registry
+# ---------------------------------------------------------------------------------------------------------------------
+
+# fn(rows (R_i, row_size), grid (t, h, w), layout, generator, **params) -> perturbed rows, one image at a time
+PerturbationFn = Callable[..., torch.Tensor]
+PERTURBATIONS: dict[str, PerturbationFn] = {}
+
+
+def register_perturbation(name: str):
+    """Register a perturbation under `name` (decorator). Registering a name twice is an error."""
+
+    def decorator(fn: PerturbationFn) -> PerturbationFn:
+        if name in PERTURBATIONS:
+            raise ValueError(f"A perturbation named {name!r} is already registered.")
+        PERTURBATIONS[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_perturbation(name: str) -> PerturbationFn:
+    try:
+        return PERTURBATIONS[name]
+    except KeyError:
+        raise ValueError(f"Unknown perturbation {name!r}. Valid perturbations: {sorted(PERTURBATIONS)}.") from None
+
+
+def _pixel_noise(grid: list[int], layout: PixelLayout, generator: torch.Generator, device) -> torch.Tensor:
+    # Standard normal noise per pixel of the resized frame, patchified like the processor (shared by temporal copies)
+    _, grid_h, grid_w = grid
+    frame = torch.randn(
+        (layout.channels, grid_h * layout.patch_size, grid_w * layout.patch_size), generator=generator, device=device
+    )
+    return patchify(frame, layout).view(-1, layout.channels, layout.row_size // layout.channels)
+
+
+@register_perturbation("diffusion")
+def diffusion_noise(rows, grid, layout, generator, *, noise_step: int = 500, **_):
+    """The paper's perturbation: `I' = sqrt(abar) I + sqrt(1 - abar) eps` in [0, 1] pixel space, clamped."""
+    alpha_bar = diffusion_alpha_bar(noise_step)
+    unit = layout.to_unit(rows)
+    noise = _pixel_noise(grid, layout, generator, rows.device)
+    noisy = (math.sqrt(alpha_bar) * unit + math.sqrt(1.0 - alpha_bar) * noise).clamp_(0.0, 1.0)
+    return layout.from_unit(noisy, rows.dtype)
+
+
+@register_perturbation("gaussian")
+def gaussian_noise(rows, grid, layout, generator, *, sigma: float = 2.0, **_):
+    """The authors' released code: `N(0, sigma^2)` added to the normalised values, no clamp, no schedule."""
+    noise = torch.randn(rows.shape, generator=generator, device=rows.device, dtype=torch.float32)
+    return (rows.float() + sigma * noise).to(rows.dtype)
+
+
+@register_perturbation("mean_image")
+def mean_image(rows, grid, layout, generator, **_):
+    """The release's "masked image": zeros in normalised space, i.e. every pixel at the dataset mean colour."""
+    return torch.zeros_like(rows)
+
+
+@register_perturbation("black_image")
+def black_image(rows, grid, layout, generator, **_):
+    """Every pixel black (0 in [0, 1] space)."""
+    return layout.black_row(rows.device, rows.dtype).expand_as(rows).clone()
+
+
+@register_perturbation("patch_blackout")
+def patch_blackout(rows, grid, layout, generator, *, patch_probability: float = 0.5, **_):
+    """Each 14x14 patch blacked out with probability `patch_probability` (VPPO: 0.5, PAPO: 0.6)."""
+    drop = torch.rand(rows.shape[0], generator=generator, device=rows.device) < patch_probability
+    return torch.where(drop.unsqueeze(-1), layout.black_row(rows.device, rows.dtype), rows)
+
+
+def perturb_pixel_values(
+    name: str,
+    pixel_values: torch.Tensor,
+    image_grid_thw: torch.Tensor,
+    layout: PixelLayout | None = None,
+    *,
+    seed: int = 0,
+    step: int = 0,
+    **params,
+) -> torch.Tensor:
+    """Perturb every image in a batch's `pixel_values` `(sum_i t*h*w, row_size)` with the named perturbation.
+
+    `params` go to the perturbation (`noise_step`, `sigma`, `patch_probability`); ones it does not use are ignored.
+    Returns a new tensor of the same shape and dtype.
+    """
+    layout = layout or PixelLayout()
+    fn = get_perturbation(name)
+    if pixel_values.ndim != 2 or pixel_values.shape[1] != layout.row_size:
+        raise ValueError(
+            f"Expected Qwen2-VL-style pixel_values of shape (rows, {layout.row_size}), got {tuple(pixel_values.shape)}."
+        )
+    counts = _image_row_counts(image_grid_thw, layout)
+    if sum(counts) != pixel_values.shape[0]:
+        raise ValueError(
+            f"image_grid_thw accounts for {sum(counts)} rows but pixel_values has {pixel_values.shape[0]}."
+        )
+    seeds = image_seeds(pixel_values, image_grid_thw, seed, step)
+    perturbed = []
+    for rows, grid, image_seed in zip(pixel_values.split(counts), image_grid_thw.tolist(), seeds):
+        generator = torch.Generator(device=pixel_values.device).manual_seed(image_seed)
+        perturbed.append(fn(rows, grid, layout, generator, **params))
+    return torch.cat(perturbed) if perturbed else pixel_values.clone()

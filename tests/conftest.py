@@ -1,0 +1,29 @@
+"""Shared fixtures: a tiny Qwen2.5-VL saved once per session, synthetic visual rows in TRL's format, offline mode."""
+
+import os
+
+
+# No test may touch the network: the hub stays unreachable even where it is not
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+import pytest  # noqa: E402
+
+from vepo_trl.testing import save_tiny_qwen2_5_vl  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A saved tiny Qwen2.5-VL (model + processor), loadable with `from_pretrained` like a Hub id."""
+    return str(save_tiny_qwen2_5_vl(tmp_path_factory.mktemp("tiny") / "tiny-qwen2.5-vl"))
+
+
+@pytest.fixture(scope="session")
+def visual_dataset():
+    """Sixteen synthetic visual-reasoning rows in TRL's conversational VLM format."""
+    from vepo_trl.data import synthetic_training_dataset
+
+    return synthetic_training_dataset(16, seed=0)

@@ -1,0 +1,155 @@
+"""`VEPOConfig`: GRPO's configuration plus VEPO's token selection and image perturbation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from .perturb import PERTURBATIONS
+from .scoring import SELECTION_STRATEGIES
+
+
+@dataclass
+class VEPOConfig(GRPOConfig):
+    r"""
+    Configuration class for the [`VEPOTrainer`].
+
+    Only VEPO's own fields are listed here; every [`~trl.GRPOConfig`] and [`~transformers.TrainingArguments`] field
+    applies too. Each field is also a command-line flag and a YAML key through [`~trl.TrlParser`].
+
+    Parameters:
+        > Token selection
+
+        selection_strategy (`str`, *optional*, defaults to `"vepo"`):
+            Which tokens of each response the policy loss trains on. `"vepo"` (the paper), `"full"` (plain GRPO),
+            `"entropy"` (top-k entropy, the 80/20 baseline), `"random"`, the ablations `"vepo_no_jsd"`,
+            `"vepo_no_entropy_gap"`, `"vepo_no_entropy"`, `"vepo_kl"`, `"vepo_bottom"`, `"vepo_positive_gap"`,
+            `"vepo_additive"`, and `"vppo"` (VPPO's sampled-token k3 filter).
+        selection_ratio (`float`, *optional*, defaults to `0.2`):
+            `k`: each response keeps its top `ceil(k * T)` of `T` valid tokens (for `"random"`, the keep probability).
+        selection_alpha (`float`, *optional*, defaults to `0.7`):
+            `alpha`: weight of JSD against the entropy gap in the joint visual signal.
+        log_selection_diagnostics (`bool`, *optional*, defaults to `True`):
+            Log the share of top-k JSD tokens that top-k entropy would miss and that the selection misses.
+
+        > Perturbed image
+
+        perturbation (`str`, *optional*, defaults to `"diffusion"`):
+            How the counterfactual image is made: `"diffusion"` (the paper), `"gaussian"` (the authors' release),
+            `"mean_image"`, `"black_image"` or `"patch_blackout"`.
+        noise_step (`int`, *optional*, defaults to `500`):
+            Diffusion step `tau` in [0, 999] of the `"diffusion"` perturbation.
+        noise_annealing (`bool`, *optional*, defaults to `False`):
+            Decay the noise step over training with a sigmoid (NoisyRollout's schedule).
+        noise_annealing_coefficient (`float`, *optional*, defaults to `30.0`):
+            Steepness of the sigmoid decay.
+        noise_annealing_midpoint (`int`, *optional*, defaults to `40`):
+            Training step at which the noise step has halved.
+        noise_sigma (`float`, *optional*, defaults to `2.0`):
+            Standard deviation of the `"gaussian"` perturbation, in normalised pixel units.
+        patch_probability (`float`, *optional*, defaults to `0.5`):
+            Probability that `"patch_blackout"` blacks out each 14x14 patch.
+        perturbation_seed (`int`, *optional*):
+            Seed of the perturbation noise and of the `"random"` strategy. Defaults to `seed`.
+
+        > Scoring
+
+        scoring_tile_size (`int`, *optional*, defaults to `64`):
+            Tokens whose full-vocabulary distributions are built at a time when computing the signals. Peak extra
+            memory is about `6 * tile * V * 4` bytes (233 MB for Qwen's vocabulary at 64); raise it on GPUs with
+            memory to spare.
+    """
+
+    selection_strategy: str = field(
+        default="vepo",
+        metadata={
+            "help": "Tokens the policy loss trains on: vepo, full, entropy, random, vepo_no_jsd, vepo_no_entropy_gap, "
+            "vepo_no_entropy, vepo_kl, vepo_bottom, vepo_positive_gap, vepo_additive or vppo.",
+        },
+    )
+    selection_ratio: float = field(
+        default=0.2,
+        metadata={"help": "k: fraction of each response's valid tokens kept, ceil(k * T) (random: keep probability)."},
+    )
+    selection_alpha: float = field(
+        default=0.7,
+        metadata={"help": "alpha: weight of JSD against the entropy gap in the joint visual signal, in [0, 1]."},
+    )
+    log_selection_diagnostics: bool = field(
+        default=True,
+        metadata={"help": "Log the share of top-k JSD tokens that top-k entropy and the selection miss."},
+    )
+    perturbation: str = field(
+        default="diffusion",
+        metadata={"help": "Counterfactual image: diffusion, gaussian, mean_image, black_image or patch_blackout."},
+    )
+    noise_step: int = field(
+        default=500,
+        metadata={"help": "Diffusion noise step tau in [0, 999] of the diffusion perturbation."},
+    )
+    noise_annealing: bool = field(
+        default=False,
+        metadata={"help": "Decay the noise step over training with a sigmoid (NoisyRollout's schedule)."},
+    )
+    noise_annealing_coefficient: float = field(
+        default=30.0,
+        metadata={"help": "Steepness of the sigmoid decay of the noise step."},
+    )
+    noise_annealing_midpoint: int = field(
+        default=40,
+        metadata={"help": "Training step at which the annealed noise step has halved."},
+    )
+    noise_sigma: float = field(
+        default=2.0,
+        metadata={"help": "Standard deviation of the gaussian perturbation, in normalised pixel units."},
+    )
+    patch_probability: float = field(
+        default=0.5,
+        metadata={"help": "Probability that patch_blackout blacks out each 14x14 patch."},
+    )
+    perturbation_seed: int | None = field(
+        default=None,
+        metadata={"help": "Seed of the perturbation noise and of the random strategy. Defaults to `seed`."},
+    )
+    scoring_tile_size: int = field(
+        default=64,
+        metadata={"help": "Tokens per tile when computing the signals; peak extra memory ~ 6 * tile * V * 4 bytes."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.selection_strategy not in SELECTION_STRATEGIES:
+            raise ValueError(
+                f"Unknown selection_strategy {self.selection_strategy!r}. "
+                f"Choose one of: {', '.join(sorted(SELECTION_STRATEGIES))}."
+            )
+        if not 0.0 < self.selection_ratio <= 1.0:
+            raise ValueError(
+                f"selection_ratio is k, the fraction of tokens kept per response; it must be in (0, 1], got "
+                f"{self.selection_ratio}. The paper uses 0.2."
+            )
+        if not 0.0 <= self.selection_alpha <= 1.0:
+            raise ValueError(f"selection_alpha must be in [0, 1], got {self.selection_alpha}. The paper uses 0.7.")
+        if self.perturbation not in PERTURBATIONS:
+            raise ValueError(
+                f"Unknown perturbation {self.perturbation!r}. Choose one of: {', '.join(sorted(PERTURBATIONS))}."
+            )
+        if not 0 <= self.noise_step <= 999:
+            raise ValueError(f"noise_step is a diffusion step in [0, 999], got {self.noise_step}. The paper uses 500.")
+        if self.noise_sigma < 0:
+            raise ValueError(f"noise_sigma must be non-negative, got {self.noise_sigma}.")
+        if not 0.0 <= self.patch_probability <= 1.0:
+            raise ValueError(f"patch_probability must be in [0, 1], got {self.patch_probability}.")
+        if self.noise_annealing and self.noise_annealing_coefficient <= 0:
+            raise ValueError(f"noise_annealing_coefficient must be positive, got {self.noise_annealing_coefficient}.")
+        if self.scoring_tile_size < 1:
+            raise ValueError(f"scoring_tile_size must be a positive number of tokens, got {self.scoring_tile_size}.")
+        if self.top_entropy_quantile < 1.0 and self.selection_strategy != "full":
+            raise ValueError(
+                f"top_entropy_quantile={self.top_entropy_quantile} is GRPO's own batch-wide entropy filter and would "
+                f"stack on selection_strategy={self.selection_strategy!r}. Leave top_entropy_quantile at 1.0 and use "
+                "selection_strategy='entropy' with selection_ratio for per-response top-k entropy."
+            )
+        if self.perturbation_seed is None:
+            self.perturbation_seed = self.seed

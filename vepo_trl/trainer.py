@@ -9,6 +9,7 @@ tokens (numerator and denominator, every `loss_type`) -> `vepo/` metrics.
 
 from __future__ import annotations
 
+import os
 import textwrap
 from contextlib import contextmanager
 from typing import Any
@@ -20,6 +21,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from .config import VEPOConfig
+from .model_card import build_model_card
 from .perturb import PixelLayout, annealed_noise_step, perturb_pixel_values
 from .scoring import (
     PERTURBED_SIGNALS,
@@ -348,6 +350,13 @@ class VEPOTrainer(GRPOTrainer):
             return super().compute_loss(model, loss_inputs, return_outputs, num_items_in_batch)
         finally:
             self._pending_forward = None
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        """Write VEPO's model card (method, settings, data, `vepo/` metrics, citations) to `output_dir/README.md`."""
+        if not self.is_world_process_zero():
+            return
+        card = build_model_card(self, model_name=model_name, dataset_name=dataset_name, tags=tags)
+        card.save(os.path.join(self.args.output_dir, "README.md"))
 
     # ------------------------------------------------------------------------------------------------------------
     # Metrics

@@ -1,0 +1,199 @@
+"""Train a vision-language model with VEPO: the one entry script behind the recipes, the CLI and the notebook.
+
+    accelerate launch --config_file recipes/accelerate_configs/zero2.yaml vepo_trl/train.py \
+        --config recipes/Qwen2.5-VL-7B-Instruct/vepo/config_paper.yaml
+
+or `vepo-trl train --config <recipe>.yaml` (same arguments), or `main(script_args, training_args, model_args)` from
+Python. Any recipe key can be overridden on the command line (`--selection_ratio 0.3`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+
+import datasets
+import transformers
+from accelerate import PartialState
+from transformers import AutoModelForImageTextToText, AutoProcessor, set_seed
+from transformers.trainer_utils import get_last_checkpoint
+from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config, get_quantization_config
+
+from vepo_trl.config import VEPOConfig
+from vepo_trl.data import load_vepo_dataset, synthetic_training_dataset
+from vepo_trl.rewards import get_reward_funcs
+from vepo_trl.testing import tiny_model_path
+from vepo_trl.trainer import VEPOTrainer
+
+
+logger = logging.getLogger(__name__)
+
+# `model_name_or_path` that builds the tiny random Qwen2.5-VL locally (the CPU demo and tests)
+TINY_MODEL = "tiny-qwen2.5-vl"
+# `dataset_name` that generates synthetic visual-reasoning rows instead of loading a data set
+SYNTHETIC_DATASET = "synthetic"
+
+
+@dataclass
+class VEPOScriptArguments(ScriptArguments):
+    """Data, rewards and model set-up of a VEPO run (the trainer's settings live in `VEPOConfig`)."""
+
+    dataset_name: str | None = field(
+        default="paper_mix",
+        metadata={
+            "help": "Training data: geometry3k, k12, mmk12, paper_mix (Geometry3K train + K12 mini_train, ~4.2K), "
+            "synthetic, a Hub id of one of these, or a local JSON/JSONL/parquet file or image folder with "
+            "problem/answer/images columns."
+        },
+    )
+    eval_dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "Evaluation data (same choices), read from `dataset_test_split`. None: no evaluation set."},
+    )
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["accuracy", "format"],
+        metadata={"help": "Reward functions by name; weight them with `reward_weights` (the paper: 0.9 0.1)."},
+    )
+    min_pixels: int = field(default=262_144, metadata={"help": "Images are resized to at least this many pixels."})
+    max_pixels: int = field(default=1_000_000, metadata={"help": "Images are resized to at most this many pixels."})
+    strict_data: bool = field(
+        default=False,
+        metadata={
+            "help": "Fail on the first unusable row (no image, unreadable image, empty answer) instead of "
+            "dropping it with a count in the log."
+        },
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N training rows."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N evaluation rows."})
+    synthetic_rows: int = field(default=256, metadata={"help": "Rows generated when dataset_name is synthetic."})
+    freeze_vision_tower: bool = field(
+        default=True, metadata={"help": "Freeze the vision encoder and its merger, as in the paper."}
+    )
+
+
+def resolve_model_name(name: str) -> str:
+    """`tiny-qwen2.5-vl` (when no such folder exists) builds the tiny random model locally; anything else passes."""
+    if name == TINY_MODEL and not os.path.isdir(name):
+        return str(tiny_model_path())
+    return name
+
+
+def load_dataset_split(name: str, split: str, script_args: VEPOScriptArguments, seed: int, limit: int | None):
+    if name == SYNTHETIC_DATASET:
+        # Distinct seeds per split, so evaluation rows are not training rows
+        offset = 0 if split == script_args.dataset_train_split else 1
+        dataset = synthetic_training_dataset(script_args.synthetic_rows, seed=seed + offset)
+    else:
+        dataset = load_vepo_dataset(
+            name,
+            split,
+            min_pixels=script_args.min_pixels,
+            max_pixels=script_args.max_pixels,
+            strict=script_args.strict_data,
+            seed=seed,
+        )
+    if limit is not None:
+        dataset = dataset.select(range(min(limit, len(dataset))))
+    if len(dataset) == 0:
+        raise ValueError(f"The {split!r} split of {name!r} has no usable rows; see the log for what was dropped.")
+    return dataset
+
+
+def freeze_vision_tower(model) -> int:
+    """Freeze the vision encoder (and its patch merger); returns how many parameters were frozen."""
+    tower = getattr(getattr(model, "model", None), "visual", None) or getattr(model, "visual", None)
+    if tower is None:
+        raise ValueError(
+            f"{type(model).__name__} has no vision tower (`model.visual`) to freeze; set freeze_vision_tower false."
+        )
+    tower.requires_grad_(False)
+    return sum(p.numel() for p in tower.parameters())
+
+
+def load_model(model_id: str, model_args: ModelConfig, training_args: VEPOConfig, freeze_vision: bool):
+    kwargs = {
+        "revision": model_args.model_revision,
+        "trust_remote_code": training_args.trust_remote_code,
+        "attn_implementation": model_args.attn_implementation,
+        "dtype": model_args.dtype,
+    }
+    quantization_config = get_quantization_config(model_args)
+    if quantization_config is not None:
+        kwargs["quantization_config"] = quantization_config
+        kwargs["device_map"] = {"": PartialState().local_process_index}
+    model = AutoModelForImageTextToText.from_pretrained(model_id, **kwargs)
+    if freeze_vision:
+        logger.info("Froze %d vision-tower parameters", freeze_vision_tower(model))
+    return model
+
+
+def main(script_args: VEPOScriptArguments, training_args: VEPOConfig, model_args: ModelConfig) -> VEPOTrainer:
+    """Load data, model and processor, train with VEPO, save, write the model card and push when asked."""
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s", handlers=[logging.StreamHandler(sys.stdout)]
+    )
+    log_level = training_args.get_process_log_level()
+    logger.setLevel(log_level)
+    datasets.utils.logging.set_verbosity(log_level)
+    transformers.utils.logging.set_verbosity(log_level)
+    set_seed(training_args.seed)
+
+    model_id = resolve_model_name(model_args.model_name_or_path)
+    train_dataset = load_dataset_split(
+        script_args.dataset_name,
+        script_args.dataset_train_split,
+        script_args,
+        training_args.seed,
+        script_args.max_train_samples,
+    )
+    eval_dataset = None
+    if script_args.eval_dataset_name:
+        eval_dataset = load_dataset_split(
+            script_args.eval_dataset_name,
+            script_args.dataset_test_split,
+            script_args,
+            training_args.seed,
+            script_args.max_eval_samples,
+        )
+
+    model = load_model(model_id, model_args, training_args, script_args.freeze_vision_tower)
+    processor = AutoProcessor.from_pretrained(
+        model_id, revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code
+    )
+    trainer = VEPOTrainer(
+        model=model,
+        reward_funcs=get_reward_funcs(script_args.reward_funcs),
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        processing_class=processor,
+        peft_config=get_peft_config(model_args),
+    )
+
+    checkpoint = training_args.resume_from_checkpoint
+    if checkpoint is None and os.path.isdir(training_args.output_dir):
+        checkpoint = get_last_checkpoint(training_args.output_dir)
+    if checkpoint is not None:
+        logger.info("Resuming from %s", checkpoint)
+    result = trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.log_metrics("train", result.metrics)
+    trainer.save_metrics("train", result.metrics)
+    trainer.save_state()
+    trainer.save_model(training_args.output_dir)
+
+    card_kwargs = {"dataset_name": script_args.dataset_name, "tags": ["vepo", "grpo", "vision-language"]}
+    if trainer.accelerator.is_main_process:
+        trainer.create_model_card(**card_kwargs)
+    if training_args.push_to_hub:
+        trainer.push_to_hub(**card_kwargs)
+    return trainer
+
+
+def make_parser() -> TrlParser:
+    return TrlParser((VEPOScriptArguments, VEPOConfig, ModelConfig))
+
+
+if __name__ == "__main__":
+    main(*make_parser().parse_args_and_config())

@@ -2,8 +2,17 @@
 
 __version__ = "0.1.0"
 
-from .config import VEPOConfig  # noqa: E402
-from .trainer import VEPOTrainer  # noqa: E402
-
-
 __all__ = ["VEPOConfig", "VEPOTrainer", "__version__"]
+
+
+def __getattr__(name):
+    # Lazy: `vepo_trl.rewards` or `vepo_trl.scoring` alone should not pay for importing TRL's trainers
+    if name == "VEPOConfig":
+        from .config import VEPOConfig
+
+        return VEPOConfig
+    if name == "VEPOTrainer":
+        from .trainer import VEPOTrainer
+
+        return VEPOTrainer
+    raise AttributeError(f"module 'vepo_trl' has no attribute {name!r}")

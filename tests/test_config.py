@@ -1,0 +1,105 @@
+"""VEPOConfig: VEPO's fields reach the command line and YAML, and bad values fail with a message saying what to do."""
+
+import dataclasses
+
+import pytest
+from trl import GRPOConfig, TrlParser
+
+from vepo_trl import VEPOConfig
+from vepo_trl.perturb import PERTURBATIONS
+from vepo_trl.scoring import SELECTION_STRATEGIES
+
+
+VEPO_FIELDS = [f for f in dataclasses.fields(VEPOConfig) if f.name not in GRPOConfig.__dataclass_fields__]
+
+
+def make(tmp_path, **kwargs):
+    return VEPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", **kwargs)
+
+
+def test_defaults_are_the_papers(tmp_path):
+    config = make(tmp_path)
+    assert config.selection_strategy == "vepo"
+    assert config.selection_ratio == 0.2
+    assert config.selection_alpha == 0.7
+    assert config.perturbation == "diffusion"
+    assert config.noise_step == 500
+    assert not config.noise_annealing
+    assert (config.noise_annealing_coefficient, config.noise_annealing_midpoint) == (30.0, 40)
+    assert config.noise_sigma == 2.0
+    assert config.perturbation_seed == config.seed  # defaults to the run's seed
+
+
+def test_only_vepo_fields_are_added_and_each_has_help():
+    names = {f.name for f in VEPO_FIELDS}
+    assert names == {
+        "selection_strategy",
+        "selection_ratio",
+        "selection_alpha",
+        "log_selection_diagnostics",
+        "perturbation",
+        "noise_step",
+        "noise_annealing",
+        "noise_annealing_coefficient",
+        "noise_annealing_midpoint",
+        "noise_sigma",
+        "patch_probability",
+        "perturbation_seed",
+        "scoring_tile_size",
+    }
+    for f in VEPO_FIELDS:
+        assert f.metadata.get("help"), f.name
+        # Documented in the class docstring too, like TRL's configs
+        assert f"{f.name} (`" in VEPOConfig.__doc__, f.name
+
+
+def test_command_line_and_yaml(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        f"output_dir: {tmp_path}\nuse_cpu: true\nbf16: false\nreport_to: none\n"
+        "selection_strategy: vepo_kl\nselection_ratio: 0.4\nperturbation: gaussian\nnoise_sigma: 1.5\n"
+    )
+    parser = TrlParser(VEPOConfig)
+    (config,) = parser.parse_args_and_config(
+        ["--config", str(recipe), "--selection_alpha", "0.3", "--noise_annealing"]
+    )
+    assert config.selection_strategy == "vepo_kl"
+    assert config.selection_ratio == 0.4  # from the YAML
+    assert config.selection_alpha == 0.3  # from the command line
+    assert config.perturbation == "gaussian" and config.noise_sigma == 1.5
+    assert config.noise_annealing is True
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"selection_strategy": "vepoo"}, "Unknown selection_strategy 'vepoo'. Choose one of: "),
+        ({"selection_ratio": 0.0}, r"selection_ratio .* must be in \(0, 1\], got 0.0"),
+        ({"selection_ratio": 1.5}, r"must be in \(0, 1\], got 1.5"),
+        ({"selection_alpha": -0.1}, r"selection_alpha must be in \[0, 1\]"),
+        ({"perturbation": "blur"}, "Unknown perturbation 'blur'. Choose one of: "),
+        ({"noise_step": 1000}, r"noise_step is a diffusion step in \[0, 999\]"),
+        ({"noise_sigma": -1.0}, "noise_sigma must be non-negative"),
+        ({"patch_probability": 1.2}, r"patch_probability must be in \[0, 1\]"),
+        ({"noise_annealing": True, "noise_annealing_coefficient": 0.0}, "must be positive"),
+        ({"scoring_tile_size": 0}, "scoring_tile_size must be a positive number of tokens"),
+        ({"top_entropy_quantile": 0.2}, "selection_strategy='entropy'"),
+    ],
+)
+def test_bad_values_say_what_to_change(tmp_path, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        make(tmp_path, **kwargs)
+
+
+def test_error_lists_every_valid_name(tmp_path):
+    with pytest.raises(ValueError) as strategy_error:
+        make(tmp_path, selection_strategy="nope")
+    assert all(name in str(strategy_error.value) for name in SELECTION_STRATEGIES)
+    with pytest.raises(ValueError) as perturbation_error:
+        make(tmp_path, perturbation="nope")
+    assert all(name in str(perturbation_error.value) for name in PERTURBATIONS)
+
+
+def test_top_entropy_quantile_allowed_with_full(tmp_path):
+    # GRPO's own filter on plain GRPO is GRPO's business; it only clashes with a VEPO selection
+    assert make(tmp_path, selection_strategy="full", top_entropy_quantile=0.2).top_entropy_quantile == 0.2

@@ -133,7 +133,9 @@ def annealed_noise_step(
     if total_steps <= 0:
         raise ValueError(f"total_steps must be positive to anneal the noise step, got {total_steps}.")
     x = coefficient * (training_step - midpoint) / total_steps
-    return int(noise_step * (1.0 - 1.0 / (1.0 + math.exp(-x))))
+    # 1 - sigmoid(x) = sigmoid(-x), written so that neither branch overflows for large |x|
+    keep = 1.0 / (1.0 + math.exp(x)) if x <= 0 else math.exp(-x) / (1.0 + math.exp(-x))
+    return int(noise_step * keep)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -159,7 +161,9 @@ def image_seeds(pixel_values: torch.Tensor, image_grid_thw: torch.Tensor, seed: 
     counts = image_grid_thw.prod(-1).tolist()
     quantized = torch.round(pixel_values.detach().double() * 1024).long()
     columns = torch.arange(1, quantized.shape[1] + 1, device=quantized.device)
-    image_index = torch.repeat_interleave(torch.arange(len(counts), device=quantized.device), torch.tensor(counts))
+    image_index = torch.repeat_interleave(
+        torch.arange(len(counts), device=quantized.device), torch.tensor(counts, dtype=torch.long)
+    )
     local_row = torch.cat([torch.arange(1, c + 1) for c in counts]).to(quantized.device) if counts else image_index
     row_sum = quantized.sum(-1)
     weighted = (quantized * columns).sum(-1) * local_row

@@ -274,6 +274,8 @@ def minmax_normalize(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> 
     """
     mask = mask.bool()
     x = x.float()
+    if x.shape[-1] == 0:
+        return torch.zeros_like(x)
     x_min = x.masked_fill(~mask, math.inf).amin(-1, keepdim=True)
     x_max = x.masked_fill(~mask, -math.inf).amax(-1, keepdim=True)
     span = (x_max - x_min).clamp(min=eps)
@@ -297,7 +299,9 @@ def top_k_mask(scores: torch.Tensor, mask: torch.Tensor, ratio: float) -> torch.
     Ties go to the earlier position (a stable sort), so the mask depends on nothing but the response's own scores.
     """
     mask = mask.bool()
-    scores = scores.float().nan_to_num(nan=-math.inf).masked_fill(~mask, -math.inf)
+    # A valid token whose score is NaN or infinite still ranks above every padding position (-inf)
+    big = torch.finfo(torch.float32).max
+    scores = scores.float().nan_to_num(nan=-big, posinf=big, neginf=-big).masked_fill(~mask, -math.inf)
     order = torch.sort(scores, dim=-1, descending=True, stable=True).indices
     positions = torch.arange(scores.shape[-1], device=scores.device).expand_as(order)
     ranks = torch.empty_like(order).scatter_(-1, order, positions)
@@ -503,7 +507,8 @@ def select_tokens(
     """Boolean `(B, T)` mask of the tokens to train on, per response, within `mask`.
 
     Responses whose prompt has no image (`has_image[b]` False) carry no visual signal: a strategy that needs the
-    perturbed pass ranks them by entropy alone instead (their perturbed signals are ignored, and may be missing).
+    perturbed pass ranks them by entropy alone instead (its top-k, or for a "bottom" strategy the complement), and
+    their perturbed signals are ignored, and may be missing.
     """
     strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy
     missing = strategy.signals - signals.computed()
@@ -519,6 +524,9 @@ def select_tokens(
     if "entropy" not in signals.computed():
         raise ValueError(f"Strategy {strategy.name!r} needs `entropy` to rank responses that have no image.")
     selected = top_k_mask(signals.entropy, without_image, ratio)
+    if strategy.count == "bottom":
+        # Keep the strategy's meaning (and its token count): the complement of the entropy top-k
+        selected = without_image & ~selected
     if bool(with_image.any()):
         selected |= strategy.fn(signals, with_image, ratio=ratio, alpha=alpha, seeds=seeds)
     return selected

@@ -57,7 +57,7 @@ class VEPOConfig(GRPOConfig):
 
         scoring_tile_size (`int`, *optional*, defaults to `64`):
             Tokens whose full-vocabulary distributions are built at a time when computing the signals. Peak extra
-            memory is about `6 * tile * V * 4` bytes (233 MB for Qwen's vocabulary at 64); raise it on GPUs with
+            memory is about `5 * tile * V * 4` bytes (194 MB for Qwen's vocabulary at 64); raise it on GPUs with
             memory to spare.
     """
 
@@ -114,7 +114,7 @@ class VEPOConfig(GRPOConfig):
     )
     scoring_tile_size: int = field(
         default=64,
-        metadata={"help": "Tokens per tile when computing the signals; peak extra memory ~ 6 * tile * V * 4 bytes."},
+        metadata={"help": "Tokens per tile when computing the signals; peak extra memory ~ 5 * tile * V * 4 bytes."},
     )
 
     def __post_init__(self):

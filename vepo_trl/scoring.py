@@ -134,6 +134,11 @@ def _project_logits(
     return logits
 
 
+def _log_softmax_(logits: torch.Tensor) -> torch.Tensor:
+    # In place: the logits tile becomes log-probabilities without a second (tile, V) tensor
+    return logits.sub_(torch.logsumexp(logits, dim=-1, keepdim=True))
+
+
 def _rowdot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     # sum_v a * b per row, as a batched GEMV: no (n, V) product tensor
     return torch.einsum("nv,nv->n", a, b)
@@ -158,7 +163,7 @@ def token_signals(
 
     The logits `hidden @ weight.T (+ bias)`, scaled, soft-capped and divided by `temperature` as the model's LM head
     and the sampler do, are only ever built for `tile_size` tokens at a time, in fp32 whatever the input dtype, so
-    peak extra memory is about `6 * tile_size * V * 4` bytes (233 MB for Qwen's 151,936-token vocabulary at 64 tokens),
+    peak extra memory is about `5 * tile_size * V * 4` bytes (194 MB for Qwen's 151,936-token vocabulary at 64 tokens),
     independent of `N`. Within a tile the softmax is exact (full vocabulary rows), so no online statistics or second
     projection pass are needed: the cost is the same two projections a full-logits implementation pays.
 
@@ -200,32 +205,31 @@ def token_signals(
             tile = slice(start, min(start + tile_size, n_tokens))
             log_p = log_q = p = q = None
             if need_p:
-                log_p = torch.log_softmax(_project_logits(clean_hidden[tile], weight, bias, **project_kwargs), -1)
+                log_p = _log_softmax_(_project_logits(clean_hidden[tile], weight, bias, **project_kwargs))
             if need_q:
-                log_q = torch.log_softmax(_project_logits(perturbed_hidden[tile], weight, bias, **project_kwargs), -1)
+                log_q = _log_softmax_(_project_logits(perturbed_hidden[tile], weight, bias, **project_kwargs))
             if signals & {"entropy", "jsd", "kl"}:
                 p = log_p.exp()
             if signals & {"perturbed_entropy", "jsd"}:
                 q = log_q.exp()
+            # Everything that reads log P / log Q intact comes first: the JSD below overwrites them in place
             if "entropy" in signals:
                 out["entropy"][tile] = -_rowdot(p, log_p)
             if "perturbed_entropy" in signals:
                 out["perturbed_entropy"][tile] = -_rowdot(q, log_q)
-            if "kl" in signals:
-                out["kl"][tile] = _rowdot(p, log_p - log_q)
-            if "jsd" in signals:
-                # Summing P (log P - log M) term by term keeps JSD accurate when P ~ Q; H(M) - (H(P) + H(Q)) / 2 would
-                # lose it to cancellation between entropies of order log V
-                log_m = torch.logaddexp(log_p, log_q).sub_(_LN2)
-                diff = log_p - log_m
-                jsd = _rowdot(p, diff)
-                torch.sub(log_q, log_m, out=diff)
-                out["jsd"][tile] = 0.5 * (jsd + _rowdot(q, diff))
-                del log_m, diff
             if "logp" in signals:
                 out["logp"][tile] = log_p.gather(-1, targets[tile, None]).squeeze(-1)
             if "perturbed_logp" in signals:
                 out["perturbed_logp"][tile] = log_q.gather(-1, targets[tile, None]).squeeze(-1)
+            if "kl" in signals:
+                out["kl"][tile] = _rowdot(p, log_p - log_q)
+            if "jsd" in signals:
+                # Summing P (log P - log M) term by term keeps JSD accurate when P ~ Q; H(M) - (H(P) + H(Q)) / 2 would
+                # lose it to cancellation between entropies of order log V. In place: five (tile, V) tensors at most.
+                log_m = torch.logaddexp(log_p, log_q).sub_(_LN2)
+                jsd = _rowdot(p, log_p.sub_(log_m))
+                out["jsd"][tile] = 0.5 * (jsd + _rowdot(q, log_q.sub_(log_m)))
+                del log_m
             del log_p, log_q, p, q
     if "jsd" in out:
         # JSD lies in [0, ln 2]; rounding can step just outside

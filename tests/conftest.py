@@ -9,10 +9,17 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
+# The tiny model's matrices are far too small to gain from intra-op threads; on shared cores threads only contend.
+# Subprocesses (accelerate launch, the notebook kernel) inherit the variable.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
 from vepo_trl.testing import save_tiny_qwen2_5_vl  # noqa: E402
+
+
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -365,7 +365,12 @@ def test_text_only_model_needs_a_text_strategy(tmp_path):
     tokenizer = build_tokenizer()
     tokenizer.save_pretrained(tmp_path / "text")
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
     )
     Qwen2ForCausalLM(config).save_pretrained(tmp_path / "text")
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "1 + 1 ="}]}] * 4)

@@ -48,15 +48,18 @@ def write_demo_report(trainer, seconds: float) -> str:
 
     reward_start, reward_end = first_last("reward")
     args = trainer.args
+    model_name = trainer.model.config._name_or_path
+    if "tiny-qwen2.5-vl" in model_name:
+        model_name = "the tiny random Qwen2.5-VL"
     lines = [
         "# vepo-trl demo",
         "",
-        f"Trained `{trainer.model.config._name_or_path}` ({sum(p.numel() for p in trainer.model.parameters()):,} "
-        f"parameters) with VEPO for {trainer.state.global_step} steps in {seconds:.0f} s on the CPU.",
+        f"Trained {model_name} ({sum(p.numel() for p in trainer.model.parameters()):,} parameters) with VEPO for "
+        f"{trainer.state.global_step} steps in {seconds:.0f} s on the CPU.",
         "",
         f"- Selection: `{args.selection_strategy}`, k = {args.selection_ratio}, alpha = {args.selection_alpha}; "
         f"perturbation `{args.perturbation}` at noise step {args.noise_step}.",
-        f"- Completions sampled: {trainer.num_perturbed_completions} went through the perturbed-image pass, once each.",
+        f"- {trainer.num_perturbed_completions} sampled completions each went through one perturbed-image forward.",
         f"- Reward (mean of the first / last quarter of logged steps): {reward_start:.3f} -> {reward_end:.3f}.",
         f"- Tokens trained on: {_mean(series('vepo/selected_fraction')):.1%} of valid completion tokens.",
         f"- Mean JSD between clean and perturbed next-token distributions: {_mean(series('vepo/jsd_mean')):.4f} nats; "

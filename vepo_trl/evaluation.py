@@ -43,6 +43,12 @@ def _prompt_parts(row: dict) -> tuple[list[dict], list]:
     return prepare_multimodal_messages(messages, images=images) if images else messages, images
 
 
+def _media_token_ids(model) -> list[int] | None:
+    # A sampled image or video placeholder would not match any features; trained models never emit them, tiny ones can
+    ids = [getattr(model.config, name, None) for name in ("image_token_id", "video_token_id")]
+    return [i for i in ids if i is not None] or None
+
+
 @torch.no_grad()
 def generate_completions(
     model, processor, rows: Sequence[dict], *, max_new_tokens: int = 2048, batch_size: int = 8
@@ -59,7 +65,9 @@ def generate_completions(
             images.append(row_images)
         kwargs = {"images": images} if any(images) else {}
         inputs = processor(text=texts, padding=True, return_tensors="pt", **kwargs).to(model.device)
-        output = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+        output = model.generate(
+            **inputs, max_new_tokens=max_new_tokens, do_sample=False, suppress_tokens=_media_token_ids(model)
+        )
         completions += processor.batch_decode(output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
     return completions
 

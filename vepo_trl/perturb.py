@@ -159,7 +159,7 @@ def image_seeds(pixel_values: torch.Tensor, image_grid_thw: torch.Tensor, seed: 
     """One seed per image from its content (exact integer checksums, the same on any device and in any batch),
     its grid, the base seed and the step."""
     counts = image_grid_thw.prod(-1).tolist()
-    quantized = torch.round(pixel_values.detach().double() * 1024).long()
+    quantized = torch.round(pixel_values.detach().float() * 1024).long()
     columns = torch.arange(1, quantized.shape[1] + 1, device=quantized.device)
     image_index = torch.repeat_interleave(
         torch.arange(len(counts), device=quantized.device), torch.tensor(counts, dtype=torch.long)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -235,8 +236,17 @@ def tiny_model_path(cache_dir: str | os.PathLike | None = None, seed: int = 0) -
     """A saved tiny model, built once per seed under `cache_dir` (default: `$VEPO_TRL_CACHE` or the user cache)."""
     root = Path(cache_dir or os.environ.get("VEPO_TRL_CACHE") or Path.home() / ".cache" / "vepo_trl")
     path = root / f"tiny-qwen2.5-vl-seed{seed}"
-    marker = path / "vepo_tiny.json"
-    if not marker.exists():
-        save_tiny_qwen2_5_vl(path, seed=seed)
-        marker.write_text(json.dumps({"seed": seed}))
+    if (path / "vepo_tiny.json").exists():
+        return path
+    # Several processes (accelerate launch) may build at once: each writes its own folder, the first rename wins
+    staging = root / f".{path.name}.{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    save_tiny_qwen2_5_vl(staging, seed=seed)
+    (staging / "vepo_tiny.json").write_text(json.dumps({"seed": seed}))
+    try:
+        os.rename(staging, path)
+    except OSError:
+        if not (path / "vepo_tiny.json").exists():
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
     return path

@@ -76,7 +76,9 @@ class VEPOScriptArguments(ScriptArguments):
 def resolve_model_name(name: str) -> str:
     """`tiny-qwen2.5-vl` (when no such folder exists) builds the tiny random model locally; anything else passes."""
     if name == TINY_MODEL and not os.path.isdir(name):
-        return str(tiny_model_path())
+        # Under torch.distributed only rank 0 writes weights: it builds, the other ranks then find the folder
+        with PartialState().main_process_first():
+            return str(tiny_model_path())
     return name
 
 

@@ -24,7 +24,6 @@ from .config import VEPOConfig
 from .model_card import build_model_card
 from .perturb import PixelLayout, annealed_noise_step, perturb_pixel_values
 from .scoring import (
-    PERTURBED_SIGNALS,
     TokenSignals,
     get_strategy,
     row_seeds,
@@ -50,10 +49,10 @@ _MULTIMODAL_KEYS = (
     "mm_token_type_ids",
     "image_position_ids",
 )
+# Of those, the ones that are model inputs (the others tell GRPO how to split a batch)
+_MODEL_INPUT_KEYS = tuple(key for key in _MULTIMODAL_KEYS if key not in ("num_images", "num_tiles"))
 # Loss types normalised by the generation batch's token count (`num_items_in_batch`) rather than per micro-batch
 _TOKEN_COUNT_NORMALISED = ("dapo", "cispo", "vespo")
-# Signals the perturbed forward yields through TRL's fused LM head; JSD and KL come from the hidden states
-_HEAD_SIGNALS = frozenset({"perturbed_entropy", "perturbed_logp"})
 
 
 class VEPOTrainer(GRPOTrainer):
@@ -136,8 +135,12 @@ class VEPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------------------------------------------------
 
     def _base_model(self, model):
-        model = self.accelerator.unwrap_model(model)
-        return model.get_base_model() if is_peft_model(model) else model
+        # Unwrapping walks the accelerate / DeepSpeed / FSDP wrappers, milliseconds a call; the wrapped object is fixed
+        cache = self.__dict__.setdefault("_base_model_cache", {})
+        if id(model) not in cache:
+            unwrapped = self.accelerator.unwrap_model(model)
+            cache[id(model)] = unwrapped.get_base_model() if is_peft_model(unwrapped) else unwrapped
+        return cache[id(model)]
 
     def _lm_head(self, model) -> torch.nn.Module:
         return self._base_model(model).get_output_embeddings()
@@ -202,9 +205,9 @@ class VEPOTrainer(GRPOTrainer):
         )
 
     @torch.no_grad()
-    def _perturbed_forward(self, model, inputs: dict[str, Any], capture_hidden: bool):
-        """The counterfactual pass: same prompt and completion, perturbed image. Returns (per-token log-probs and
-        entropies under Q `(B, T)`, completion hidden states `(B, T, d)` or None)."""
+    def _perturbed_forward(self, model, inputs: dict[str, Any]) -> torch.Tensor:
+        """The counterfactual pass: same prompt and completion, perturbed image. Returns the completion positions'
+        final hidden states `(B, T, d)`; the signals come from them and the LM head, in tiles."""
         pixel_values = perturb_pixel_values(
             self.args.perturbation,
             inputs["pixel_values"],
@@ -216,10 +219,15 @@ class VEPOTrainer(GRPOTrainer):
             sigma=self.args.noise_sigma,
             patch_probability=self.args.patch_probability,
         )
-        with self._capture_final_hidden(model, capture_hidden) as captured:
-            logps, entropies, _ = self._forward(model, inputs, pixel_values=pixel_values, compute_aux_loss=False)
+        model_inputs = {key: inputs[key] for key in _MODEL_INPUT_KEYS if inputs.get(key) is not None}
+        model_inputs["pixel_values"] = pixel_values
+        model_inputs["input_ids"] = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        model_inputs["attention_mask"] = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        with self._capture_final_hidden(model) as captured, self.accelerator.autocast():
+            # The head runs on one position only: the signals need hidden states, not (B, T, V) logits
+            model(**model_inputs, logits_to_keep=1, use_cache=False)
         self.num_perturbed_completions += inputs["completion_ids"].size(0)
-        return logps, entropies, self._completion_hidden(captured, inputs) if capture_hidden else None
+        return self._completion_hidden(captured, inputs)
 
     @staticmethod
     def _completion_hidden(captured: list[torch.Tensor], inputs: dict[str, Any]) -> torch.Tensor:
@@ -258,18 +266,13 @@ class VEPOTrainer(GRPOTrainer):
         mask = self._loss_mask(inputs)
         has_image = self._has_image(inputs) & mask.any(-1)
         signals = TokenSignals(entropy=entropies.detach().float(), logp=logps.detach().float())
-        wanted = set(self.selection.signals)
         run_perturbed = self.selection.needs_perturbed_pass and bool(has_image.any())
-        if run_perturbed and self.args.log_selection_diagnostics:
-            wanted |= {"jsd", "entropy"}
         if run_perturbed:
-            from_hidden = (wanted & PERTURBED_SIGNALS) - _HEAD_SIGNALS
-            q_logps, q_entropies, perturbed_hidden = self._perturbed_forward(model, inputs, bool(from_hidden))
-            signals.perturbed_logp, signals.perturbed_entropy = q_logps.float(), q_entropies.float()
-            if from_hidden:
-                signals = self._hidden_signals(
-                    model, inputs, signals, perturbed_hidden, mask & has_image.unsqueeze(-1), from_hidden
-                )
+            wanted = set(self.selection.signals)
+            if self.args.log_selection_diagnostics:
+                wanted |= {"jsd", "entropy", "perturbed_entropy"}
+            perturbed_hidden = self._perturbed_forward(model, inputs)
+            signals = self._hidden_signals(model, inputs, signals, perturbed_hidden, mask & has_image[:, None], wanted)
         selected = select_tokens(
             self.selection,
             signals,
@@ -282,7 +285,9 @@ class VEPOTrainer(GRPOTrainer):
         return selected
 
     def _hidden_signals(self, model, inputs, signals, perturbed_hidden, rows_mask, names) -> TokenSignals:
-        """JSD / KL between the clean (captured during the loss forward) and perturbed distributions, tiled."""
+        """Signals of the responses with an image, from the clean (captured during the loss forward) and perturbed
+        hidden states, tiled. Clean and perturbed entropies then share one numeric path, so their gap carries no
+        difference between the trainer's fused head and the fp32 tiles."""
         clean_hidden = self._clean_hidden
         head = self._lm_head(model)
         text_config = self._base_model(model).config.get_text_config()
@@ -292,6 +297,7 @@ class VEPOTrainer(GRPOTrainer):
             perturbed_hidden[rows_mask],
             head.weight,
             head.bias,
+            targets=inputs["completion_ids"][rows_mask],
             signals=names,
             temperature=self.temperature,
             logit_scale=1.0 if logit_scale is None else float(logit_scale),
@@ -299,7 +305,10 @@ class VEPOTrainer(GRPOTrainer):
             tile_size=self.args.scoring_tile_size,
         )
         for name in names:
-            setattr(signals, name, scatter_to_rows(getattr(computed, name), rows_mask))
+            values = scatter_to_rows(getattr(computed, name), rows_mask)
+            current = getattr(signals, name)
+            # Rows without an image keep what the loss forward gave (their entropy ranks them)
+            setattr(signals, name, values if current is None else torch.where(rows_mask, values, current))
         return signals
 
     # ------------------------------------------------------------------------------------------------------------

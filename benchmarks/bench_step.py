@@ -1,0 +1,161 @@
+"""Step time of VEPO against full GRPO (TRL's own `GRPOTrainer`) and top-20% entropy, on the tiny Qwen2.5-VL.
+
+All three train the same tiny model on the same synthetic rows with the same seed. The learning rate is 0 so every
+run samples exactly the same completions: the step times then differ only by what each method computes (the optimiser
+still runs). The runs alternate in rounds so that a change in machine load hits all three alike. For each method the
+script prints the median step time (generation, rewards, forward, backward, optimiser), the ratio to GRPO, the model
+forwards per step outside generation, and the perturbed forwards per sampled completion.
+
+    python benchmarks/bench_step.py                   # about two minutes on 2 CPU cores
+    python benchmarks/bench_step.py --steps 30 --rounds 3
+
+The last line is one JSON object with `vepo_over_grpo` (median step-time ratio) and
+`perturbed_forwards_per_completion`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+import warnings
+
+import torch
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+warnings.filterwarnings("ignore")
+
+from vepo_trl import VEPOConfig, VEPOTrainer  # noqa: E402
+from vepo_trl.data import synthetic_training_dataset  # noqa: E402
+from vepo_trl.testing import save_tiny_qwen2_5_vl  # noqa: E402
+
+
+METHODS = {
+    "grpo": (GRPOTrainer, GRPOConfig, {}),
+    "entropy_top20": (VEPOTrainer, VEPOConfig, {"selection_strategy": "entropy", "selection_ratio": 0.2}),
+    "vepo": (VEPOTrainer, VEPOConfig, {"selection_strategy": "vepo", "selection_ratio": 0.2}),
+}
+
+
+def length_reward(completions, **kwargs):
+    return [float(len(completion[0]["content"]) % 5) for completion in completions]
+
+
+class StepTimer(TrainerCallback):
+    def __init__(self):
+        self.times, self._start = [], None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.times.append(time.perf_counter() - self._start)
+
+
+def run_method(name, model_dir, dataset, output_dir, args):
+    trainer_cls, config_cls, extra = METHODS[name]
+    config = config_cls(
+        output_dir=output_dir,
+        per_device_train_batch_size=args.batch_size,
+        num_generations=4,
+        max_completion_length=args.completion_length,
+        max_steps=args.steps,
+        learning_rate=0.0,  # identical completions in every run: the difference is the method's own cost
+        logging_steps=10_000,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        seed=0,
+        disable_tqdm=True,
+        **extra,
+    )
+    trainer = trainer_cls(model=model_dir, reward_funcs=length_reward, args=config, train_dataset=dataset)
+    timer = StepTimer()
+    trainer.add_callback(timer)
+
+    # Count forwards of the language backbone inside the loss (generation's decode steps are not counted)
+    in_loss = {"flag": False}
+    forwards = {"count": 0}
+    backbone = trainer.model.model.language_model
+    backbone.register_forward_hook(lambda *_: forwards.__setitem__("count", forwards["count"] + in_loss["flag"]))
+    compute_loss = trainer.compute_loss
+
+    def counting_compute_loss(*a, **k):
+        in_loss["flag"] = True
+        try:
+            return compute_loss(*a, **k)
+        finally:
+            in_loss["flag"] = False
+
+    trainer.compute_loss = counting_compute_loss
+    trainer.train()
+    completions = args.steps * args.batch_size
+    return {
+        "times": timer.times[args.warmup :],
+        "loss_forwards_per_step": forwards["count"] / args.steps,
+        "perturbed_forwards_per_completion": getattr(trainer, "num_perturbed_completions", 0) / completions,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=20, help="Optimiser steps per run.")
+    parser.add_argument("--warmup", type=int, default=3, help="Leading steps of each run left out of the median.")
+    parser.add_argument("--rounds", type=int, default=2, help="Runs per method, alternating between methods.")
+    parser.add_argument("--batch_size", type=int, default=8, help="Completions per step (2 prompts x 4).")
+    parser.add_argument("--completion_length", type=int, default=32)
+    args = parser.parse_args()
+
+    results = {name: {"times": [], "loss_forwards_per_step": [], "perturbed": []} for name in METHODS}
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = str(save_tiny_qwen2_5_vl(os.path.join(tmp, "tiny")))
+        dataset = synthetic_training_dataset(64, seed=0)
+        for round_index in range(args.rounds):
+            for name in METHODS:
+                run = run_method(name, model_dir, dataset, os.path.join(tmp, f"{name}-{round_index}"), args)
+                results[name]["times"] += run["times"]
+                results[name]["loss_forwards_per_step"].append(run["loss_forwards_per_step"])
+                results[name]["perturbed"].append(run["perturbed_forwards_per_completion"])
+                print(
+                    f"round {round_index + 1}: {name:<14} median {statistics.median(run['times']):.4f} s", flush=True
+                )
+
+    median = {name: statistics.median(r["times"]) for name, r in results.items()}
+    print(
+        f"\ntiny Qwen2.5-VL, {args.batch_size} completions x {args.completion_length} tokens per step, "
+        f"{args.rounds} x {args.steps - args.warmup} timed steps per method, torch threads {torch.get_num_threads()}"
+    )
+    print(f"{'method':<14} {'median s':>9} {'x GRPO':>7} {'loss fwd/step':>14} {'perturbed fwd/completion':>25}")
+    for name, r in results.items():
+        print(
+            f"{name:<14} {median[name]:>9.4f} {median[name] / median['grpo']:>7.3f} "
+            f"{statistics.mean(r['loss_forwards_per_step']):>14.2f} {statistics.mean(r['perturbed']):>25.2f}"
+        )
+    print(
+        json.dumps(
+            {
+                "vepo_over_grpo": round(median["vepo"] / median["grpo"], 4),
+                "entropy_over_grpo": round(median["entropy_top20"] / median["grpo"], 4),
+                "vepo_over_entropy": round(median["vepo"] / median["entropy_top20"], 4),
+                "perturbed_forwards_per_completion": statistics.mean(results["vepo"]["perturbed"]),
+                "loss_forwards_per_step": {
+                    n: statistics.mean(r["loss_forwards_per_step"]) for n, r in results.items()
+                },
+                "median_step_seconds": {n: round(t, 4) for n, t in median.items()},
+                "timed_steps_per_method": len(results["vepo"]["times"]),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""The training script, the CLI and the model card, on the tiny model: what a recipe user and a newcomer run."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForImageTextToText, AutoProcessor
+
+from vepo_trl import VEPOTrainer
+from vepo_trl.cli import main as cli_main
+from vepo_trl.train import main, make_parser
+
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_RECIPE = REPO / "recipes" / "tiny" / "config_vepo.yaml"
+# A short run of the tiny recipe: a few steps, few rows
+SHORT = ["--max_steps", "2", "--synthetic_rows", "16", "--logging_steps", "1"]
+
+
+@pytest.fixture(autouse=True)
+def tiny_cache(tmp_path_factory, monkeypatch):
+    # The tiny model is built once per session into a test folder, never into the user's cache
+    monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path_factory.getbasetemp() / "vepo-cache"))
+
+
+def parse(*args):
+    return make_parser().parse_args_and_config(["--config", str(TINY_RECIPE), *args])
+
+
+def test_packaged_demo_recipe_is_the_repo_recipe():
+    packaged = REPO / "vepo_trl" / "recipes" / "tiny.yaml"
+    assert packaged.read_text() == TINY_RECIPE.read_text()
+
+
+def test_script_trains_two_steps_from_the_recipe(tmp_path):
+    script_args, training_args, model_args = parse("--output_dir", str(tmp_path / "run"), *SHORT)
+    assert (script_args.dataset_name, model_args.model_name_or_path) == ("synthetic", "tiny-qwen2.5-vl")
+    assert training_args.selection_strategy == "vepo" and training_args.reward_weights == [0.9, 0.1, 0.5]
+    trainer = main(script_args, training_args, model_args)
+    assert isinstance(trainer, VEPOTrainer) and trainer.state.global_step == 2
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert len(logs) == 2 and "vepo/selected_fraction" in logs[0] and "vepo/jsd_mean" in logs[0]
+    # The vision tower was frozen (the paper's setting) and the language model was not
+    assert all(not p.requires_grad for p in trainer.model.model.visual.parameters())
+    assert all(p.requires_grad for p in trainer.model.model.language_model.parameters())
+    # Saved model, processor, model card and metrics
+    output = tmp_path / "run"
+    reloaded = AutoModelForImageTextToText.from_pretrained(output)
+    torch.testing.assert_close(reloaded.lm_head.weight, trainer.model.lm_head.weight)
+    assert AutoProcessor.from_pretrained(output).chat_template == trainer.processing_class.chat_template
+    assert json.loads((output / "train_results.json").read_text())["epoch"] > 0
+    card = (output / "README.md").read_text()
+    assert "VEPO" in card and "@misc{jin2026vepo" in card and "vepo/selected_fraction" in card
+
+
+def test_model_card_has_citation_settings_and_no_token(tmp_path, monkeypatch):
+    secret = "hf_" + "x" * 34
+    pushed = {}
+    # No hub here: creating the repo and uploading are recorded instead of sent
+    monkeypatch.setattr(VEPOTrainer, "init_hf_repo", lambda self, token=None: None)
+
+    def fake_push(self, commit_message="End of training", blocking=True, token=None, revision=None, **kwargs):
+        self.create_model_card(**kwargs)
+        pushed.update(kwargs)
+
+    monkeypatch.setattr(VEPOTrainer, "push_to_hub", fake_push)
+    args = parse(
+        "--output_dir", str(tmp_path / "run"), "--push_to_hub", "true", "--hub_model_id", "me/tiny-vepo",
+        "--hub_token", secret, *SHORT,
+    )  # fmt: skip
+    main(*args)
+    assert pushed["dataset_name"] == "synthetic" and "vepo" in pushed["tags"]
+    card = (tmp_path / "run" / "README.md").read_text()
+    assert secret not in card and "hf_" not in card
+    assert "Entropy Is Not Enough" in card and "@software{vonwerra2020trl" in card
+    assert "| `selection_strategy` | vepo |" in card and "| `selection_ratio` | 0.2 |" in card
+    assert 'model="me/tiny-vepo"' in card
+    assert "pipeline_tag: image-text-to-text" in card and "- vepo" in card
+
+
+def test_demo_leaves_model_metrics_and_summary(tmp_path, capsys):
+    output = tmp_path / "demo"
+    cli_main(["demo", "--output_dir", str(output), *SHORT])
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "processor_config.json", "README.md"):
+        assert (output / name).exists(), name
+    metrics = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
+    assert sum("loss" in entry for entry in metrics) == 2
+    summary = (output / "summary.md").read_text()
+    # 2 steps of 8 completions (2 prompts x 4), each through exactly one perturbed forward
+    assert "with VEPO for 2 steps" in summary and "16 sampled completions each went through one" in summary
+    assert summary in capsys.readouterr().out
+
+
+def test_cli_lists_strategies_and_rejects_unknown_commands(capsys):
+    cli_main(["strategies"])
+    out = capsys.readouterr().out
+    assert "vepo_no_jsd" in out and "patch_blackout" in out and "[perturbed pass]" in out
+    with pytest.raises(SystemExit) as error:
+        cli_main(["trian"])
+    assert error.value.code == 2 and "Unknown command 'trian'" in capsys.readouterr().err
+
+
+def test_console_script_is_installed():
+    result = subprocess.run(["vepo-trl", "--help"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "vepo-trl demo" in result.stdout
+
+
+@pytest.mark.slow
+def test_accelerate_launch_two_cpu_processes(tmp_path):
+    """The ddp recipe config with 2 CPU processes (gloo) trains a few VEPO steps to the end."""
+    output = tmp_path / "ddp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--config_file", str(REPO / "recipes" / "accelerate_configs" / "ddp.yaml"),
+        # The config's multi-process launcher (torchrun); the recipe's use_cpu puts both ranks on gloo
+        "--num_processes", "2", "--mixed_precision", "no",
+        str(REPO / "vepo_trl" / "train.py"),
+        "--config", str(TINY_RECIPE), "--output_dir", str(output),
+        "--max_steps", "3", "--synthetic_rows", "16", "--logging_steps", "1",
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    training_args = torch.load(output / "training_args.bin", weights_only=False)
+    assert training_args.world_size == 2 and training_args.parallel_mode.value == "distributed"
+    state = json.loads((output / "trainer_state.json").read_text())
+    assert state["global_step"] == 3
+    logs = [entry for entry in state["log_history"] if "loss" in entry]
+    assert len(logs) == 3 and all(0.2 <= entry["vepo/selected_fraction"] < 0.3 for entry in logs)
+    # Two ranks of 2 prompts each: 4 of the 16 prompts per step
+    assert [entry["epoch"] for entry in logs] == [0.25, 0.5, 0.75]
+    assert (output / "model.safetensors").exists() and (output / "README.md").exists()

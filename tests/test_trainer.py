@@ -9,7 +9,7 @@ from transformers import AutoModelForImageTextToText
 from trl import GRPOConfig, GRPOTrainer
 
 from vepo_trl import VEPOConfig, VEPOTrainer
-from vepo_trl.scoring import SELECTION_STRATEGIES
+from vepo_trl.scoring import SELECTION_STRATEGIES, top_k_mask
 from vepo_trl.trainer import SELECTION_KEY
 
 
@@ -339,6 +339,81 @@ def _forward_with_hidden(trainer, inputs):
         forward = trainer._forward(trainer.model, inputs)
     trainer._clean_hidden = trainer._completion_hidden(captured, inputs)
     return forward
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Text-only rows, rows without a valid token
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mixed_dataset(visual_dataset):
+    """Half the rows keep their image; the other half ask a text-only question."""
+    from datasets import Dataset
+
+    rows = [visual_dataset[i] for i in range(8)]
+    for row in rows[::2]:
+        row["images"] = []
+        row["prompt"] = [row["prompt"][0], {"role": "user", "content": [{"type": "text", "text": "What is 2 + 3?"}]}]
+        row["answer"] = "5"
+    return Dataset.from_list(rows, features=visual_dataset.features)
+
+
+def test_batch_mixing_text_only_and_image_rows(tiny_model_dir, mixed_dataset, tmp_path):
+    # Two completions per prompt, four prompts per batch: both kinds of row share every batch
+    trainer = make_trainer(
+        tiny_model_dir,
+        mixed_dataset,
+        tmp_path,
+        per_device_train_batch_size=8,
+        num_generations=2,
+        shuffle_dataset=False,
+    )
+    inputs = first_batch(trainer)
+    has_image = torch.tensor([n > 0 for n in inputs["num_images"]])
+    assert has_image.any() and not has_image.all()
+    trainer.compute_loss(trainer.model, inputs).backward()
+    selected, valid = inputs[SELECTION_KEY], inputs["completion_mask"].bool()
+    # Every response keeps ceil(k * T) tokens; text-only rows are ranked by their entropy alone
+    lengths = valid.sum(-1).double()
+    assert torch.equal(selected.sum(-1), torch.ceil(lengths * 0.2 - 1e-9).clamp(min=1).long())
+    forward = trainer._forward(trainer.model, inputs)
+    text_rows = ~has_image
+    expected = top_k_mask(forward[1].detach()[text_rows], valid[text_rows], 0.2)
+    assert torch.equal(selected[text_rows], expected)
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert 0.0 < logs[0]["vepo/image_rows_fraction"] < 1.0 and logs[0]["vepo/jsd_mean"] > 0
+
+
+def test_batch_of_text_only_rows_skips_the_perturbed_pass(tiny_model_dir, mixed_dataset, tmp_path):
+    text_only = mixed_dataset.select(range(0, 8, 2))
+    trainer = make_trainer(tiny_model_dir, text_only, tmp_path)
+    trainer.train()
+    assert trainer.num_perturbed_completions == 0
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert logs[0]["vepo/image_rows_fraction"] == 0.0 and 0.0 < logs[0]["vepo/selected_fraction"] <= 0.5
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_truncated_completions_have_no_valid_token(tiny_model_dir, visual_dataset, tmp_path, loss_type):
+    # A random model rarely stops within 4 tokens: nearly every completion is truncated and masked out entirely
+    trainer = make_trainer(
+        tiny_model_dir,
+        visual_dataset,
+        tmp_path,
+        max_completion_length=4,
+        mask_truncated_completions=True,
+        loss_type=loss_type,
+    )
+    inputs = first_batch(trainer)
+    empty = inputs["completion_mask"].sum(-1) == 0
+    assert empty.any()
+    loss = trainer.compute_loss(trainer.model, inputs)
+    assert torch.isfinite(loss)
+    assert not inputs[SELECTION_KEY][empty].any()
+    trainer.train()
+    assert all(torch.isfinite(torch.tensor(e["loss"])) for e in trainer.state.log_history if "loss" in e)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -80,6 +80,10 @@ def write_demo_report(trainer, seconds: float) -> str:
 
 
 def _demo(argv: list[str]) -> None:
+    import torch
+
+    # The tiny model's matrices gain nothing from intra-op threads, and threads contend badly on a busy machine
+    torch.set_num_threads(1)
     recipe = resources.files("vepo_trl").joinpath(DEMO_RECIPE)
     with resources.as_file(recipe) as path:
         start = time.perf_counter()

@@ -315,6 +315,14 @@ class VEPOTrainer(GRPOTrainer):
     # GRPO hooks
     # ------------------------------------------------------------------------------------------------------------
 
+    def _generate(self, prompts):
+        *rest, images, tool_images = super()._generate(prompts)
+        # TRL 1.16 marks the text-only rows of a mixed batch with None, which the processor then rejects; an empty
+        # image list says the same and works. Generation (vLLM included) already ran, so only scoring sees the change.
+        if images is not None:
+            images = [row if row is not None else [] for row in images]
+        return (*rest, images, tool_images)
+
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
         mask = self._loss_mask(output)

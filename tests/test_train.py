@@ -104,6 +104,22 @@ def test_cli_lists_strategies_and_rejects_unknown_commands(capsys):
     assert error.value.code == 2 and "Unknown command 'trian'" in capsys.readouterr().err
 
 
+def test_evaluate_command_on_a_local_file(tiny_model_dir, tmp_path, capsys):
+    from vepo_trl.data import make_synthetic_dataset
+
+    data = tmp_path / "eval.parquet"
+    make_synthetic_dataset(3, seed=7).remove_columns("kind").to_parquet(str(data))
+    records = tmp_path / "records.jsonl"
+    cli_main(
+        ["evaluate", "--model", tiny_model_dir, "--dataset", str(data), "--split", "train", "--limit", "2",
+         "--max_new_tokens", "8", "--min_pixels", "3136", "--max_pixels", "50176", "--output", str(records)]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert "2 rows: accuracy 0.000, format 0.000" in out  # a random model neither boxes nor answers
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    assert len(rows) == 2 and {"answer", "completion", "accuracy", "format"} <= set(rows[0])
+
+
 def test_console_script_is_installed():
     result = subprocess.run(["vepo-trl", "--help"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "vepo-trl demo" in result.stdout

@@ -107,9 +107,10 @@ def _evaluate(argv: list[str]) -> None:
 
     from .data import load_vepo_dataset
     from .evaluation import evaluate, load_for_evaluation
+    from .train import resolve_model_name
 
     dataset = load_vepo_dataset(args.dataset, args.split, min_pixels=args.min_pixels, max_pixels=args.max_pixels)
-    model, processor = load_for_evaluation(args.model)
+    model, processor = load_for_evaluation(resolve_model_name(args.model))
     result = evaluate(
         model, processor, dataset, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, limit=args.limit
     )

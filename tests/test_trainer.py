@@ -85,8 +85,8 @@ def _loss_and_logp_grad(trainer, inputs):
     captured = {}
     forward = trainer._forward
 
-    def spy(model, inputs, **overrides):
-        logps, entropies, aux = forward(model, inputs, **overrides)
+    def spy(model, inputs):
+        logps, entropies, aux = forward(model, inputs)
         if logps.requires_grad:
             logps.retain_grad()
             captured["logps"] = logps
@@ -325,20 +325,20 @@ def test_mask_independent_of_batch_and_padding(tiny_model_dir, visual_dataset, t
     trainer.model.eval()  # no dropout: the same response must see the same distributions
     assert inputs["prompt_mask"].float().mean() < 1, "the batch should left-pad some prompts"
     padded = _pad_completions(inputs, extra=5)
-    batch_mask = trainer._select(trainer.model, padded, _forward_with_hidden(trainer, padded))
+    batch_mask = _select_alone(trainer, padded)
     assert not batch_mask[:, -5:].any()
     for row in range(inputs["completion_ids"].size(0)):
         single, length = _single_row(inputs, row)
-        alone = trainer._select(trainer.model, single, _forward_with_hidden(trainer, single))
+        alone = _select_alone(trainer, single)
         assert alone[0].sum() == torch.ceil(torch.tensor(0.2 * length) - 1e-9).clamp(min=1)
         assert torch.equal(alone[0], batch_mask[row, :length]), f"row {row}"
 
 
-def _forward_with_hidden(trainer, inputs):
+def _select_alone(trainer, inputs):
+    """The trainer's selection for `inputs`, from a fresh loss forward, as on a batch's first use."""
     with torch.no_grad(), trainer._capture_final_hidden(trainer.model) as captured:
         forward = trainer._forward(trainer.model, inputs)
-    trainer._clean_hidden = trainer._completion_hidden(captured, inputs)
-    return forward
+    return trainer._select(trainer.model, inputs, forward, trainer._completion_hidden(captured, inputs))
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -171,18 +171,16 @@ class VEPOTrainer(GRPOTrainer):
     # Forward passes
     # ------------------------------------------------------------------------------------------------------------
 
-    def _forward(self, model, inputs: dict[str, Any], **overrides):
-        """GRPO's loss forward, with the arguments `GRPOTrainer._compute_loss` uses (and `overrides`)."""
-        kwargs = {key: inputs.get(key) for key in _MULTIMODAL_KEYS}
-        kwargs.update(overrides)
+    def _forward(self, model, inputs: dict[str, Any]):
+        """GRPO's loss forward, with the arguments `GRPOTrainer._compute_loss` uses: (log-probs, entropies, aux)."""
         return super()._get_per_token_logps_and_entropies(
             model,
             torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1),
             torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
             inputs["completion_ids"].size(1),
-            compute_entropy=kwargs.pop("compute_entropy", True),
-            compute_aux_loss=kwargs.pop("compute_aux_loss", self.aux_loss_enabled),
-            **kwargs,
+            compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled,
+            **{key: inputs.get(key) for key in _MULTIMODAL_KEYS},
         )
 
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
@@ -259,9 +257,9 @@ class VEPOTrainer(GRPOTrainer):
         token_mask = torch.cat([inputs["prompt_mask"].bool(), mask], dim=1)
         return row_seeds(token_ids, token_mask, self.args.perturbation_seed, self.state.global_step)
 
-    def _select(self, model, inputs: dict[str, Any], forward) -> torch.Tensor:
-        """The selection mask for a batch's first use, from the loss forward's outputs and, when the strategy needs
-        it, one perturbed forward. Logs the `vepo/` metrics."""
+    def _select(self, model, inputs: dict[str, Any], forward, clean_hidden: torch.Tensor | None) -> torch.Tensor:
+        """The selection mask for a batch's first use, from the loss forward's outputs (and its completion hidden
+        states `(B, T, d)` when the strategy needs the perturbed pass) and one perturbed forward. Logs `vepo/`."""
         logps, entropies, _ = forward
         mask = self._loss_mask(inputs)
         has_image = self._has_image(inputs) & mask.any(-1)
@@ -272,7 +270,8 @@ class VEPOTrainer(GRPOTrainer):
             if self.args.log_selection_diagnostics:
                 wanted |= {"jsd", "entropy", "perturbed_entropy"}
             perturbed_hidden = self._perturbed_forward(model, inputs)
-            signals = self._hidden_signals(model, inputs, signals, perturbed_hidden, mask & has_image[:, None], wanted)
+            rows_mask = mask & has_image[:, None]
+            signals = self._hidden_signals(model, inputs, signals, clean_hidden, perturbed_hidden, rows_mask, wanted)
         selected = select_tokens(
             self.selection,
             signals,
@@ -284,11 +283,10 @@ class VEPOTrainer(GRPOTrainer):
         self._log_selection(inputs, signals, mask, has_image, selected, run_perturbed)
         return selected
 
-    def _hidden_signals(self, model, inputs, signals, perturbed_hidden, rows_mask, names) -> TokenSignals:
+    def _hidden_signals(self, model, inputs, signals, clean_hidden, perturbed_hidden, rows_mask, names):
         """Signals of the responses with an image, from the clean (captured during the loss forward) and perturbed
         hidden states, tiled. Clean and perturbed entropies then share one numeric path, so their gap carries no
         difference between the trainer's fused head and the fp32 tiles."""
-        clean_hidden = self._clean_hidden
         head = self._lm_head(model)
         text_config = self._base_model(model).config.get_text_config()
         logit_scale = getattr(text_config, "logit_scale", None)
@@ -352,12 +350,9 @@ class VEPOTrainer(GRPOTrainer):
         with self._capture_final_hidden(model, capture) as captured:
             forward = self._forward(model, inputs)
         if first_use:
-            self._clean_hidden = self._completion_hidden(captured, inputs) if capture else None
-            try:
-                # Stored in the buffered batch itself: later iterations and accumulation slices reuse the mask
-                inputs[SELECTION_KEY] = self._select(model, inputs, forward)
-            finally:
-                self._clean_hidden = None
+            clean_hidden = self._completion_hidden(captured, inputs) if capture else None
+            # Stored in the buffered batch itself: later iterations and accumulation slices reuse the mask
+            inputs[SELECTION_KEY] = self._select(model, inputs, forward, clean_hidden)
         selection = inputs[SELECTION_KEY].to(inputs["completion_mask"].dtype)
         tool_mask = inputs.get("tool_mask")
         # GRPO multiplies `tool_mask` into its loss mask, numerator and denominator alike: exactly L_VEPO

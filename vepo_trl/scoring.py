@@ -111,11 +111,12 @@ def _project_logits(
     vocab_chunk_size: int,
 ) -> torch.Tensor:  # (n, V) fp32
     vocab = weight.shape[0]
-    if hidden.device.type == "cuda" and hidden.dtype in (torch.float16, torch.bfloat16):
+    if weight.dtype == torch.float32:
+        # An fp32 head (fp32 training, or `cast_lm_head_to_fp32`) is used as it is: no copy of it at all
+        logits = hidden.float() @ weight.t()
+    elif hidden.device.type == "cuda" and hidden.dtype == weight.dtype and hidden.dtype != torch.float64:
         # fp32 output straight from the half-precision GEMM: no fp32 copy of the head, no rounding of the logits
-        logits = torch.mm(hidden, weight.to(hidden.dtype).t(), out_dtype=torch.float32)
-    elif weight.dtype == torch.float32 and hidden.dtype == torch.float32:
-        logits = hidden @ weight.t()
+        logits = torch.mm(hidden, weight.t(), out_dtype=torch.float32)
     else:
         # Upcast the head one vocabulary chunk at a time, so the fp32 copy stays bounded by the chunk
         logits = torch.empty((hidden.shape[0], vocab), dtype=torch.float32, device=hidden.device)

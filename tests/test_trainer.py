@@ -223,6 +223,18 @@ def test_every_strategy_trains(tiny_model_dir, visual_dataset, tmp_path, strateg
         assert logs[0]["vepo/jsd_mean"] > 0
 
 
+def test_vppo_without_diagnostics_logs_no_gap(tiny_model_dir, visual_dataset, tmp_path):
+    # vppo reads only the sampled tokens' log-probabilities: without diagnostics no entropy of Q is computed
+    trainer = make_trainer(
+        tiny_model_dir, visual_dataset, tmp_path, selection_strategy="vppo", log_selection_diagnostics=False
+    )
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert logs and 0.0 < logs[0]["vepo/selected_fraction"] <= 0.5
+    assert "vepo/entropy_gap_abs_mean" not in logs[0] and "vepo/jsd_mean" not in logs[0]
+    assert trainer.num_perturbed_completions > 0
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # PEFT, frozen vision tower
 # ---------------------------------------------------------------------------------------------------------------------

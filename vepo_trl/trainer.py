@@ -387,7 +387,9 @@ class VEPOTrainer(GRPOTrainer):
             jsd_total, entropy_misses, selection_misses = selection_miss_counts(
                 signals, visual, selected & visual, self.args.selection_ratio
             )
-        gap = signals.entropy_gap.abs() if ran_perturbed else None
+        # vppo without diagnostics computes no perturbed entropy: then there is no gap to report
+        has_gap = ran_perturbed and signals.entropy is not None and signals.perturbed_entropy is not None
+        gap = signals.entropy_gap.abs() if has_gap else None
         # One reduction of fixed shape on every process, whatever each one's batch holds
         stats = torch.stack(
             [
@@ -418,7 +420,8 @@ class VEPOTrainer(GRPOTrainer):
         if n_visual > 0:
             if signals.jsd is not None:
                 metrics["vepo/jsd_mean"].append(jsd / n_visual)
-            metrics["vepo/entropy_gap_abs_mean"].append(gap_sum / n_visual)
+            if gap is not None:
+                metrics["vepo/entropy_gap_abs_mean"].append(gap_sum / n_visual)
         if top_jsd > 0:
             metrics["vepo/top_jsd_missed_by_entropy"].append(ent_miss / top_jsd)
             metrics["vepo/top_jsd_missed_by_selection"].append(sel_miss / top_jsd)

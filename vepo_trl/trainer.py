@@ -171,12 +171,17 @@ class VEPOTrainer(GRPOTrainer):
     # Forward passes
     # ------------------------------------------------------------------------------------------------------------
 
+    @staticmethod
+    def _sequence(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prompt and completion as one sequence: `input_ids` and `attention_mask`, `(B, P + T)` each."""
+        input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        return input_ids, torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+
     def _forward(self, model, inputs: dict[str, Any]):
         """GRPO's loss forward, with the arguments `GRPOTrainer._compute_loss` uses: (log-probs, entropies, aux)."""
         return super()._get_per_token_logps_and_entropies(
             model,
-            torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1),
-            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
+            *self._sequence(inputs),
             inputs["completion_ids"].size(1),
             compute_entropy=True,
             compute_aux_loss=self.aux_loss_enabled,
@@ -219,8 +224,7 @@ class VEPOTrainer(GRPOTrainer):
         )
         model_inputs = {key: inputs[key] for key in _MODEL_INPUT_KEYS if inputs.get(key) is not None}
         model_inputs["pixel_values"] = pixel_values
-        model_inputs["input_ids"] = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
-        model_inputs["attention_mask"] = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        model_inputs["input_ids"], model_inputs["attention_mask"] = self._sequence(inputs)
         with self._capture_final_hidden(model) as captured, self.accelerator.autocast():
             # The head runs on one position only: the signals need hidden states, not (B, T, V) logits
             model(**model_inputs, logits_to_keep=1, use_cache=False)
@@ -253,7 +257,8 @@ class VEPOTrainer(GRPOTrainer):
         return torch.tensor([n > 0 for n in num_images], dtype=torch.bool, device=device)
 
     def _row_seeds(self, inputs: dict[str, Any], mask: torch.Tensor) -> torch.Tensor:
-        token_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        token_ids, _ = self._sequence(inputs)
+        # The loss mask, not the attention mask: tokens a tool wrote do not make two responses different
         token_mask = torch.cat([inputs["prompt_mask"].bool(), mask], dim=1)
         return row_seeds(token_ids, token_mask, self.args.perturbation_seed, self.state.global_step)
 

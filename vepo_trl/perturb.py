@@ -160,11 +160,15 @@ def image_seeds(pixel_values: torch.Tensor, image_grid_thw: torch.Tensor, seed: 
     its grid, the base seed and the step."""
     counts = image_grid_thw.prod(-1).tolist()
     quantized = torch.round(pixel_values.detach().float() * 1024).long()
-    columns = torch.arange(1, quantized.shape[1] + 1, device=quantized.device)
+    device = quantized.device
+    columns = torch.arange(1, quantized.shape[1] + 1, device=device)
+    # Every index tensor on the pixels' device: CUDA's index_select rejects a CPU index
     image_index = torch.repeat_interleave(
-        torch.arange(len(counts), device=quantized.device), torch.tensor(counts, dtype=torch.long)
+        torch.arange(len(counts), device=device), torch.tensor(counts, dtype=torch.long, device=device)
     )
-    local_row = torch.cat([torch.arange(1, c + 1) for c in counts]).to(quantized.device) if counts else image_index
+    local_row = (
+        torch.cat([torch.arange(1, c + 1, device=device) for c in counts]) if counts else image_index
+    )
     row_sum = quantized.sum(-1)
     weighted = (quantized * columns).sum(-1) * local_row
     totals = torch.zeros(len(counts), 2, dtype=torch.long, device=quantized.device)

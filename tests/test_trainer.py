@@ -10,7 +10,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from vepo_trl import VEPOConfig, VEPOTrainer
 from vepo_trl.scoring import SELECTION_STRATEGIES, top_k_mask
-from vepo_trl.trainer import SELECTION_KEY
+from vepo_trl.trainer import COUNT_SCALE_KEY, SELECTION_KEY
 
 
 def length_reward(completions, **kwargs):
@@ -119,7 +119,8 @@ def test_gradient_is_zero_off_mask_and_normalised_by_selected_count(
     elif loss_type == "bnpo":
         expected = -advantages / selected.sum()
     else:
-        assert inputs["num_items_in_batch"] == selected.sum()  # one process, one micro-batch per generation
+        # One process, one micro-batch per generation: the generation batch's selected count is this batch's
+        assert inputs[COUNT_SCALE_KEY] == valid.sum() / selected.sum()
         expected = -advantages / selected.sum()
     torch.testing.assert_close(grad[selected], expected[selected], rtol=1e-5, atol=1e-7)
 
@@ -129,12 +130,15 @@ def test_dapo_normaliser_counts_selected_tokens_of_the_generation_batch(tiny_mod
         tiny_model_dir, visual_dataset, tmp_path, loss_type="dapo", steps_per_generation=2, selection_ratio=0.3
     )
     inputs = first_batch(trainer)
-    # Both micro-batches of the generation batch count towards the normaliser: ceil(0.3 * T) per response
-    total = 0
+    # Both micro-batches of the generation batch count towards the normaliser: ceil(0.3 * T) per response. TRL's
+    # `num_items_in_batch` keeps the valid count (for the KL term); the policy term's weights carry valid / selected.
+    total = valid = 0
     for micro_batch in trainer._buffered_inputs:
         lengths = micro_batch["completion_mask"].sum(-1).double()
         total += int(torch.where(lengths > 0, torch.ceil(lengths * 0.3 - 1e-9).clamp(min=1), 0).sum())
-    assert int(inputs["num_items_in_batch"]) == total
+        valid += int(lengths.sum())
+    assert int(inputs["num_items_in_batch"]) == valid
+    assert float(inputs[COUNT_SCALE_KEY]) == pytest.approx(valid / total)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -168,7 +172,8 @@ def test_perturbed_forward_runs_once_per_completion(
     trainer._generate_and_score_completions = counting_generate
     trainer.train()
     assert sum(generated) > 0
-    assert trainer.num_perturbed_completions == sum(generated)
+    # Zero-advantage responses skip the pass (their mask cannot change the loss); every other one runs it once
+    assert trainer.num_perturbed_completions + trainer.num_skipped_completions == sum(generated)
     # Loss forwards: one per micro-batch use; plus exactly one perturbed forward per micro-batch of each generation
     micro_batches = trainer.state.global_step * gradient_accumulation_steps
     perturbed_forwards = sum(generated) // trainer.args.per_device_train_batch_size
@@ -183,13 +188,14 @@ def test_mask_computed_once_and_reused(tiny_model_dir, visual_dataset, tmp_path)
     inputs = first_batch(trainer)
     trainer.compute_loss(trainer.model, inputs).backward()
     mask = inputs[SELECTION_KEY].clone()
-    assert trainer.num_perturbed_completions == inputs["completion_ids"].size(0)
+    scored = trainer.num_perturbed_completions
+    assert scored == int((inputs["advantages"] != 0).sum())
     # A second use of the buffered batch (num_iterations > 1, or after an optimiser step) reuses the mask
     with torch.no_grad():
         for p in trainer.model.parameters():
             p.add_(0.05 * torch.randn_like(p))
     trainer.compute_loss(trainer.model, inputs).backward()
-    assert trainer.num_perturbed_completions == inputs["completion_ids"].size(0)
+    assert trainer.num_perturbed_completions == scored
     assert torch.equal(inputs[SELECTION_KEY], mask)
 
 
@@ -332,7 +338,14 @@ def _pad_completions(inputs, extra):
 
 def test_mask_independent_of_batch_and_padding(tiny_model_dir, visual_dataset, tmp_path):
     # Four different prompts (two completions each): different lengths, so the batch left-pads its prompts
-    trainer = make_trainer(tiny_model_dir, visual_dataset, tmp_path, per_device_train_batch_size=8, num_generations=2)
+    trainer = make_trainer(
+        tiny_model_dir,
+        visual_dataset,
+        tmp_path,
+        per_device_train_batch_size=8,
+        num_generations=2,
+        score_zero_advantage_rows=True,  # every response gets VEPO's own mask, not the zero-advantage stand-in
+    )
     inputs = first_batch(trainer)
     trainer.model.eval()  # no dropout: the same response must see the same distributions
     assert inputs["prompt_mask"].float().mean() < 1, "the batch should left-pad some prompts"
@@ -350,7 +363,7 @@ def _select_alone(trainer, inputs):
     """The trainer's selection for `inputs`, from a fresh loss forward, as on a batch's first use."""
     with torch.no_grad(), trainer._capture_final_hidden(trainer.model) as captured:
         forward = trainer._forward(trainer.model, inputs)
-    return trainer._select(trainer.model, inputs, forward, trainer._completion_hidden(captured, inputs))
+    return trainer._select_at_first_use(trainer.model, inputs, forward, captured)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from .perturb import PERTURBATIONS
-from .scoring import SELECTION_STRATEGIES
+from .scoring import SELECTION_STRATEGIES, SUPPORTED_LOSS_TYPES
 
 
 @dataclass
@@ -30,6 +30,21 @@ class VEPOConfig(GRPOConfig):
             `k`: each response keeps its top `ceil(k * T)` of `T` valid tokens (for `"random"`, the keep probability).
         selection_alpha (`float`, *optional*, defaults to `0.7`):
             `alpha`: weight of JSD against the entropy gap in the joint visual signal.
+        selection_mode (`str`, *optional*, defaults to `"mask"`):
+            `"mask"` (the paper's L_VEPO): the policy-gradient term trains on the selected tokens only, normalised by
+            their count. `"weight"` (an option of the authors' release): every valid token trains, the selected ones
+            weighted `1 + selection_weight`.
+        selection_weight (`float`, *optional*, defaults to `1.0`):
+            `lambda` of `selection_mode="weight"`.
+        entropy_scope (`str`, *optional*, defaults to `"all"`):
+            Tokens the entropy bonus (`entropy_coef`) averages over: `"all"` valid tokens (the release) or the
+            `"selected"` ones (what TRL's `top_entropy_quantile` does).
+        eval_selection (`bool`, *optional*, defaults to `False`):
+            Select tokens for the evaluation loss too (one perturbed forward per evaluated completion). Off: the
+            evaluation loss is GRPO's over all valid tokens and no perturbed pass runs.
+        score_zero_advantage_rows (`bool`, *optional*, defaults to `False`):
+            Run the perturbed pass for responses whose advantage is exactly zero even when their selection cannot
+            change the loss (for complete selection diagnostics). Off, they are skipped where that is safe.
         log_selection_diagnostics (`bool`, *optional*, defaults to `True`):
             Log the share of top-k JSD tokens that top-k entropy would miss and that the selection misses.
 
@@ -55,10 +70,10 @@ class VEPOConfig(GRPOConfig):
 
         > Scoring
 
-        scoring_tile_size (`int`, *optional*, defaults to `64`):
+        scoring_tile_size (`int`, *optional*):
             Tokens whose full-vocabulary distributions are built at a time when computing the signals. Peak extra
-            memory is about `5 * tile * V * 4` bytes (194 MB for Qwen's vocabulary at 64); raise it on GPUs with
-            memory to spare.
+            memory is about `5 * tile * V * 4` bytes (194 MB for Qwen's vocabulary at 64). Unset: 64 on the CPU; on a
+            GPU the largest power of two in [64, 1024] whose tile takes at most a tenth of the free memory.
     """
 
     selection_strategy: str = field(
@@ -75,6 +90,32 @@ class VEPOConfig(GRPOConfig):
     selection_alpha: float = field(
         default=0.7,
         metadata={"help": "alpha: weight of JSD against the entropy gap in the joint visual signal, in [0, 1]."},
+    )
+    selection_mode: str = field(
+        default="mask",
+        metadata={
+            "help": "mask: the policy gradient trains on the selected tokens only (the paper's L_VEPO); weight: all "
+            "valid tokens train, selected ones weighted 1 + selection_weight (an option of the authors' release).",
+        },
+    )
+    selection_weight: float = field(
+        default=1.0,
+        metadata={"help": "lambda of selection_mode=weight: selected tokens get weight 1 + lambda."},
+    )
+    entropy_scope: str = field(
+        default="all",
+        metadata={"help": "Tokens the entropy bonus (entropy_coef) averages over: all valid tokens, or selected."},
+    )
+    eval_selection: bool = field(
+        default=False,
+        metadata={"help": "Select tokens (with a perturbed forward) for the evaluation loss too; off: GRPO's loss."},
+    )
+    score_zero_advantage_rows: bool = field(
+        default=False,
+        metadata={
+            "help": "Run the perturbed pass for zero-advantage responses even when their selection cannot change "
+            "the loss (complete diagnostics, more compute)."
+        },
     )
     log_selection_diagnostics: bool = field(
         default=True,
@@ -112,9 +153,12 @@ class VEPOConfig(GRPOConfig):
         default=None,
         metadata={"help": "Seed of the perturbation noise and of the random strategy. Defaults to `seed`."},
     )
-    scoring_tile_size: int = field(
-        default=64,
-        metadata={"help": "Tokens per tile when computing the signals; peak extra memory ~ 5 * tile * V * 4 bytes."},
+    scoring_tile_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Tokens per tile when computing the signals; peak extra memory ~ 5 * tile * V * 4 bytes. Unset: "
+            "64 on the CPU, from free memory on a GPU."
+        },
     )
 
     def __post_init__(self):
@@ -143,7 +187,23 @@ class VEPOConfig(GRPOConfig):
             raise ValueError(f"patch_probability must be in [0, 1], got {self.patch_probability}.")
         if self.noise_annealing and self.noise_annealing_coefficient <= 0:
             raise ValueError(f"noise_annealing_coefficient must be positive, got {self.noise_annealing_coefficient}.")
-        if self.scoring_tile_size < 1:
+        if self.selection_mode not in ("mask", "weight"):
+            raise ValueError(f"selection_mode must be 'mask' or 'weight', got {self.selection_mode!r}.")
+        if self.selection_mode == "weight" and not self.selection_weight >= 0:
+            raise ValueError(f"selection_weight must be a non-negative number, got {self.selection_weight}.")
+        if self.entropy_scope not in ("all", "selected"):
+            raise ValueError(f"entropy_scope must be 'all' or 'selected', got {self.entropy_scope!r}.")
+        if self.loss_type not in SUPPORTED_LOSS_TYPES:
+            raise ValueError(
+                f"loss_type={self.loss_type!r} has no selected-token (L_VEPO) form in vepo_trl; use one of "
+                f"{', '.join(SUPPORTED_LOSS_TYPES)}."
+            )
+        if self.use_adaptive_entropy and self.selection_strategy != "full":
+            raise ValueError(
+                "use_adaptive_entropy is not supported with token selection: its controller would see TRL's masked "
+                "entropy, not VEPO's entropy_scope. Use a fixed entropy_coef, or selection_strategy='full'."
+            )
+        if self.scoring_tile_size is not None and self.scoring_tile_size < 1:
             raise ValueError(f"scoring_tile_size must be a positive number of tokens, got {self.scoring_tile_size}.")
         if self.top_entropy_quantile < 1.0 and self.selection_strategy != "full":
             raise ValueError(

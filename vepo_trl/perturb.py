@@ -166,9 +166,7 @@ def image_seeds(pixel_values: torch.Tensor, image_grid_thw: torch.Tensor, seed: 
     image_index = torch.repeat_interleave(
         torch.arange(len(counts), device=device), torch.tensor(counts, dtype=torch.long, device=device)
     )
-    local_row = (
-        torch.cat([torch.arange(1, c + 1, device=device) for c in counts]) if counts else image_index
-    )
+    local_row = torch.cat([torch.arange(1, c + 1, device=device) for c in counts]) if counts else image_index
     row_sum = quantized.sum(-1)
     weighted = (quantized * columns).sum(-1) * local_row
     totals = torch.zeros(len(counts), 2, dtype=torch.long, device=quantized.device)

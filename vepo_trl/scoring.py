@@ -38,6 +38,11 @@ __all__ = [
     "row_seeds",
     "selection_miss_counts",
     "scatter_to_rows",
+    "PER_RESPONSE_LOSSES",
+    "PER_MICRO_BATCH_LOSSES",
+    "CONSTANT_NORMALISED_LOSSES",
+    "TOKEN_COUNT_NORMALISED_LOSSES",
+    "policy_token_weights",
 ]
 
 # Per-token signals `token_signals` can compute. The perturbed ones need the forward pass with the perturbed image.
@@ -564,3 +569,60 @@ def scatter_to_rows(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     out = torch.zeros(mask.shape, dtype=values.dtype, device=values.device)
     out[mask.bool()] = values
     return out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The selection in the loss: per-token weights on the policy-gradient term
+# ---------------------------------------------------------------------------------------------------------------------
+
+# How each TRL `loss_type` normalises its token sum, hence where L_VEPO's selected count must replace the valid count
+PER_RESPONSE_LOSSES = ("grpo", "sapo", "luspo")  # sum over a response / its valid count (luspo: times it)
+PER_MICRO_BATCH_LOSSES = ("bnpo",)  # sum over the micro-batch / its valid count
+CONSTANT_NORMALISED_LOSSES = ("dr_grpo",)  # sum / (B * max_completion_length)
+TOKEN_COUNT_NORMALISED_LOSSES = ("dapo", "cispo", "vespo")  # sum / valid count of the generation batch
+SUPPORTED_LOSS_TYPES = (
+    PER_RESPONSE_LOSSES + PER_MICRO_BATCH_LOSSES + CONSTANT_NORMALISED_LOSSES + (TOKEN_COUNT_NORMALISED_LOSSES)
+)
+
+
+def policy_token_weights(
+    selected: torch.Tensor,
+    valid: torch.Tensor,
+    loss_type: str,
+    *,
+    mode: str = "mask",
+    bonus: float = 1.0,
+    count_scale: float | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Per-token weights `w` on the policy-gradient term that turn a TRL loss, which divides by VALID token counts,
+    into L_VEPO, which divides by SELECTED counts (paper eq. 9): `sum_t w_t l_t / n_valid == sum_t s_t l_t / n_sel`
+    at the granularity the loss type normalises at. The KL term and the entropy terms keep the valid tokens.
+
+    - `mode="mask"` (the paper): `w = s * n_valid / n_sel`, with the counts per response (`grpo`, `sapo`, `luspo`),
+      per micro-batch (`bnpo`), or given as `count_scale` = valid / selected count of the generation batch (`dapo`,
+      `cispo`, `vespo`) or `max_completion_length / selected count of a max-length response` (`dr_grpo`).
+    - `mode="weight"` (the authors' release option): every valid token trains, selected ones weighted `1 + bonus`;
+      the loss keeps its valid-token normalisation.
+
+    Shapes: `selected`, `valid` `(B, T)` bool; returns `(B, T)` float32, zero off `valid` and, in mask mode, off
+    `selected`. A response (or micro-batch) with nothing selected gets zero weight.
+    """
+    selected = selected.bool() & valid.bool()
+    valid_f, selected_f = valid.float(), selected.float()
+    if mode == "weight":
+        return valid_f + bonus * selected_f
+    if mode != "mask":
+        raise ValueError(f"Unknown selection mode {mode!r}; use 'mask' or 'weight'.")
+    if loss_type in PER_RESPONSE_LOSSES:
+        scale = valid_f.sum(-1, keepdim=True) / selected_f.sum(-1, keepdim=True).clamp(min=1.0)  # (B, 1)
+    elif loss_type in PER_MICRO_BATCH_LOSSES:
+        scale = valid_f.sum() / selected_f.sum().clamp(min=1.0)
+    elif loss_type in CONSTANT_NORMALISED_LOSSES + TOKEN_COUNT_NORMALISED_LOSSES:
+        if count_scale is None:
+            raise ValueError(f"loss_type={loss_type!r} needs `count_scale` (its valid / selected count ratio).")
+        scale = torch.as_tensor(count_scale, dtype=torch.float32, device=selected.device)
+    else:
+        raise ValueError(
+            f"loss_type={loss_type!r} has no L_VEPO form here; supported: {', '.join(SUPPORTED_LOSS_TYPES)}."
+        )
+    return selected_f * scale

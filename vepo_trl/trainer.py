@@ -790,13 +790,14 @@ class VEPOTrainer(GRPOTrainer):
             n_responses,
         ) = self.accelerator.reduce(stats, reduction="sum").tolist()  # fmt: skip
         metrics = self._metrics[mode]
-        metrics["vepo/selected_fraction"].append(kept / max(valid, 1.0))
+        if valid > 0:  # nothing to report of a batch whose completions are all masked
+            metrics["vepo/selected_fraction"].append(kept / valid)
         if n_responses > 0:
             mean_share = share_sum / n_responses
             metrics["vepo/selected_fraction_std"].append(max(share_sq / n_responses - mean_share**2, 0.0) ** 0.5)
         metrics["vepo/image_rows_fraction"].append(n_img / max(n_rows, 1.0))
-        if signals.entropy is not None:
-            metrics["vepo/entropy_all_mean"].append(h_all / max(valid, 1.0))
+        if signals.entropy is not None and valid > 0:
+            metrics["vepo/entropy_all_mean"].append(h_all / valid)
             if n_kept_own > 0:
                 metrics["vepo/entropy_selected_mean"].append(h_kept / n_kept_own)
         if self.selection.needs_perturbed_pass:

@@ -112,6 +112,7 @@ def patchify(frame: torch.Tensor, layout: PixelLayout) -> torch.Tensor:
 @lru_cache(maxsize=4)
 def _alpha_bars(num_steps: int) -> tuple[float, ...]:
     # NoisyRollout's schedule: sigmoid-spaced betas from 1e-5 to 5e-3 over `num_steps`, abar = cumprod(1 - beta)
+    # cpu: a 1000-entry schedule read back as Python floats
     betas = torch.sigmoid(torch.linspace(-6.0, 6.0, num_steps, dtype=torch.float64)) * (5e-3 - 1e-5) + 1e-5
     return tuple(torch.cumprod(1.0 - betas, dim=0).tolist())
 

@@ -436,8 +436,9 @@ def _random(signals, mask, *, ratio, seeds, **_):
     for row, seed in enumerate(seeds.tolist()):
         valid = mask[row].nonzero().squeeze(-1)
         # One generator per response, drawing exactly T_valid numbers: the draw ignores padding and other rows
+        # cpu: the same draws whatever the device (CUDA and CPU generators differ); moved to the mask's device below
         generator = torch.Generator().manual_seed(int(seed))
-        keep = torch.rand(valid.numel(), generator=generator) < ratio
+        keep = torch.rand(valid.numel(), generator=generator) < ratio  # cpu: see above
         selected[row, valid[keep.to(valid.device)]] = True
     return selected
 
@@ -549,7 +550,7 @@ def row_seeds(token_ids: torch.Tensor, mask: torch.Tensor, base_seed: int, step:
         stable_seed(base_seed, step, ",".join(str(t) for t, v in zip(ids, valid) if v))
         for ids, valid in zip(token_ids.tolist(), mask.bool().tolist())
     ]
-    return torch.tensor(seeds, dtype=torch.int64)
+    return torch.tensor(seeds, dtype=torch.int64)  # cpu: seeds, read back with tolist()
 
 
 def selection_miss_counts(

@@ -660,6 +660,7 @@ class VEPOTrainer(GRPOTrainer):
         if self.loss_type in CONSTANT_NORMALISED_LOSSES:
             # Dr. GRPO's constant T_max becomes the selected count of a T_max-token response
             t_max = self.max_completion_length
+            # cpu: one count, read back as a float
             count = self.selection.selected_count(torch.tensor([t_max]), self.args.selection_ratio)
             expected = float(count) if count is not None else self.args.selection_ratio * t_max
             return t_max / max(expected, 1.0)

@@ -1,0 +1,163 @@
+"""The mask is made with the rollout policy (the weights that sampled the batch), by dropout-free passes; evaluation
+and zero-advantage responses cost no perturbed forward where the loss cannot use it."""
+
+import copy
+
+import pytest
+import torch
+from peft import LoraConfig
+
+from vepo_trl import VEPOConfig, VEPOTrainer
+from vepo_trl.trainer import SELECTION_KEY
+
+from .test_trainer import clone_inputs, first_batch, length_reward, make_config, make_trainer
+
+
+def _mask_with_weights(trainer, inputs, state_dict=None, step=None):
+    """The mask the first-use path computes for `inputs` with the given weights and step (which seeds the noise);
+    default: the current ones."""
+    current, current_step = None, trainer.state.global_step
+    if step is not None:
+        trainer.state.global_step = step
+    if state_dict is not None:
+        current = copy.deepcopy(trainer.model.state_dict())
+        trainer.model.load_state_dict(state_dict)
+    batch = {k: v for k, v in clone_inputs(inputs).items() if k != SELECTION_KEY}
+    with torch.no_grad(), trainer._capture_final_hidden(trainer.model) as captured:
+        forward = trainer._forward(trainer.model, batch)
+    mask = trainer._select_at_first_use(trainer.model, batch, forward, captured)
+    if current is not None:
+        trainer.model.load_state_dict(current)
+    trainer.state.global_step = current_step
+    return mask
+
+
+def test_every_slice_is_scored_with_the_rollout_weights(tiny_model_dir, visual_dataset, tmp_path):
+    # The paper's layout in miniature: four optimiser steps per rollout (steps_per_generation = 4 x accumulation),
+    # a learning rate large enough that every step changes the tiny model's distributions
+    trainer = make_trainer(
+        tiny_model_dir,
+        visual_dataset,
+        tmp_path,
+        steps_per_generation=4,
+        gradient_accumulation_steps=1,
+        max_steps=8,
+        learning_rate=0.5,
+        score_zero_advantage_rows=True,  # the first-use reference below scores every response too
+    )
+    rollout_weights = []
+    generate = trainer._generate_and_score_completions
+
+    def snapshot_and_generate(inputs):
+        rollout_weights.append((copy.deepcopy(trainer.model.state_dict()), trainer.state.global_step))
+        return generate(inputs)
+
+    used = []  # (rollout index, slice inputs, the mask the weights of that moment would give)
+    compute_loss = trainer.compute_loss
+
+    def recording_compute_loss(model, inputs, *args, **kwargs):
+        used.append((len(rollout_weights) - 1, clone_inputs(inputs), _mask_with_weights(trainer, inputs)))
+        return compute_loss(model, inputs, *args, **kwargs)
+
+    trainer._generate_and_score_completions = snapshot_and_generate
+    trainer.compute_loss = recording_compute_loss
+    trainer.train()
+    assert len(rollout_weights) == 2 and len(used) == 8
+    stale = 0
+    for rollout, inputs, mask_at_use in used:
+        expected = _mask_with_weights(trainer, inputs, *rollout_weights[rollout])
+        assert torch.equal(inputs[SELECTION_KEY], expected)
+        stale += not torch.equal(mask_at_use, expected)
+    # The test has teeth: weights at a slice's use would have given another mask for most later slices
+    assert stale >= 3
+
+
+@pytest.mark.parametrize("steps_per_generation", [1, 2])  # mask at first use / on TRL's rollout-time forward
+def test_scoring_passes_have_no_dropout(tiny_model_dir, visual_dataset, tmp_path, steps_per_generation):
+    """A perturbation that leaves the image unchanged gives JSD = |dH| = 0, even with LoRA dropout."""
+    args = make_config(
+        tmp_path,
+        perturbation="gaussian",
+        noise_sigma=0.0,  # the identity
+        steps_per_generation=steps_per_generation,
+        max_steps=2,
+    )
+    # Random B (not PEFT's zeros), so the adapters and their dropout change the outputs from the first step
+    peft_config = LoraConfig(
+        target_modules=["q_proj", "v_proj"], r=8, lora_alpha=16, lora_dropout=0.5, init_lora_weights=False
+    )
+    trainer = VEPOTrainer(
+        model=tiny_model_dir,
+        reward_funcs=length_reward,
+        args=args,
+        train_dataset=visual_dataset,
+        peft_config=peft_config,
+    )
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "vepo/jsd_mean" in entry]
+    assert logs and trainer.num_perturbed_completions > 0
+    for entry in logs:
+        assert entry["vepo/jsd_mean"] < 1e-6
+        assert entry["vepo/entropy_gap_abs_mean"] < 1e-5
+
+
+def test_evaluation_runs_no_perturbed_pass_unless_asked(tiny_model_dir, visual_dataset, tmp_path):
+    for eval_selection in (False, True):
+        args = make_config(tmp_path, per_device_eval_batch_size=4, eval_selection=eval_selection)
+        trainer = VEPOTrainer(
+            model=tiny_model_dir,
+            reward_funcs=length_reward,
+            args=args,
+            train_dataset=visual_dataset,
+            eval_dataset=visual_dataset.select(range(4)),
+        )
+        metrics = trainer.evaluate()
+        assert "eval_loss" in metrics
+        if eval_selection:
+            assert trainer.num_perturbed_completions + trainer.num_skipped_completions == 16
+            assert "eval_vepo/selected_fraction" in metrics
+        else:
+            assert trainer.num_perturbed_completions == 0 and "eval_vepo/selected_fraction" not in metrics
+
+
+def test_zero_advantage_responses_skip_the_perturbed_pass_when_safe(tiny_model_dir, visual_dataset, tmp_path):
+    trainer = make_trainer(tiny_model_dir, visual_dataset, tmp_path)
+    inputs = first_batch(trainer)
+    trainer.compute_loss(trainer.model, inputs)
+    zero = int((inputs["advantages"] == 0).sum())
+    assert zero > 0, "the batch should hold a zero-advantage response"
+    assert trainer.num_skipped_completions == zero
+    assert trainer.num_perturbed_completions == inputs["advantages"].numel() - zero
+    # Their mask still keeps ceil(k * T) tokens, so count-normalised losses are unchanged
+    lengths = inputs["completion_mask"].sum(-1).double()
+    assert torch.equal(inputs[SELECTION_KEY].sum(-1), torch.ceil(lengths * 0.2 - 1e-9).clamp(min=1).long())
+
+    # An entropy bonus over the selected tokens reads every mask: nothing is skipped then
+    trainer = make_trainer(tiny_model_dir, visual_dataset, tmp_path, entropy_coef=0.01, entropy_scope="selected")
+    inputs = first_batch(trainer)
+    trainer.compute_loss(trainer.model, inputs)
+    assert trainer.num_skipped_completions == 0
+    assert trainer.num_perturbed_completions == inputs["advantages"].numel()
+
+
+def test_skipping_does_not_change_the_loss(tiny_model_dir, visual_dataset, tmp_path):
+    losses = []
+    for score_all in (False, True):
+        trainer = make_trainer(
+            tiny_model_dir, visual_dataset, tmp_path, loss_type="dapo", score_zero_advantage_rows=score_all
+        )
+        inputs = first_batch(trainer)
+        losses.append(trainer.compute_loss(trainer.model, inputs).detach())
+    torch.testing.assert_close(losses[0], losses[1], rtol=0, atol=1e-7)
+
+
+def test_tile_size_defaults_to_64_on_the_cpu(tiny_model_dir, visual_dataset, tmp_path):
+    trainer = make_trainer(tiny_model_dir, visual_dataset, tmp_path)
+    assert trainer.args.scoring_tile_size is None and trainer._tile_size(torch.device("cpu")) == 64
+    trainer.args.scoring_tile_size = 8
+    assert trainer._tile_size(torch.device("cpu")) == 8
+
+
+def test_vepo_config_rejects_adaptive_entropy_with_selection():
+    with pytest.raises(ValueError, match="use_adaptive_entropy"):
+        VEPOConfig(output_dir="x", use_cpu=True, bf16=False, report_to="none", use_adaptive_entropy=True)

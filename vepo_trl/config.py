@@ -42,7 +42,9 @@ class VEPOConfig(GRPOConfig):
         > Perturbed image
 
         perturbation (`str`, *optional*, defaults to `"diffusion"`):
-            How the counterfactual image is made: `"diffusion"` (the paper), `"gaussian"` (the authors' release),
+            How the counterfactual image is made: `"diffusion"` (the paper), `"gaussian"` (the noise the authors'
+            release means to add, `N(0, noise_sigma^2)` on normalised values), `"gaussian_release"` (what the release
+            actually does: that noise accumulated once per rollout, std `noise_sigma * sqrt(12)`, 6.93 at sigma 2),
             `"mean_image"`, `"black_image"` or `"patch_blackout"`.
         noise_step (`int`, *optional*, defaults to `500`):
             Diffusion step `tau` in [0, 999] of the `"diffusion"` perturbation.
@@ -53,7 +55,8 @@ class VEPOConfig(GRPOConfig):
         noise_annealing_midpoint (`int`, *optional*, defaults to `40`):
             Training step at which the noise step has halved.
         noise_sigma (`float`, *optional*, defaults to `2.0`):
-            Standard deviation of the `"gaussian"` perturbation, in normalised pixel units.
+            Standard deviation of the `"gaussian"` perturbation (per rollout for `"gaussian_release"`), in normalised
+            pixel units.
         patch_probability (`float`, *optional*, defaults to `0.5`):
             Probability that `"patch_blackout"` blacks out each 14x14 patch.
         perturbation_seed (`int`, *optional*):
@@ -88,7 +91,10 @@ class VEPOConfig(GRPOConfig):
     )
     perturbation: str = field(
         default="diffusion",
-        metadata={"help": "Counterfactual image: diffusion, gaussian, mean_image, black_image or patch_blackout."},
+        metadata={
+            "help": "Counterfactual image: diffusion (the paper), gaussian, gaussian_release (the release's "
+            "accumulated noise, sigma * sqrt(12)), mean_image, black_image or patch_blackout."
+        },
     )
     noise_step: int = field(
         default=500,

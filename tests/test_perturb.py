@@ -30,8 +30,8 @@ CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 PATCH, TEMPORAL, MERGE, CHANNELS = 14, 2, 2, 3
 ROW = CHANNELS * TEMPORAL * PATCH * PATCH  # 1176
 BLOCK = ROW // CHANNELS  # 392 values per channel in a row
-ALL_PERTURBATIONS = ["diffusion", "gaussian", "mean_image", "black_image", "patch_blackout"]
-STOCHASTIC = ["diffusion", "gaussian", "patch_blackout"]
+ALL_PERTURBATIONS = ["diffusion", "gaussian", "gaussian_release", "mean_image", "black_image", "patch_blackout"]
+STOCHASTIC = ["diffusion", "gaussian", "gaussian_release", "patch_blackout"]
 
 
 # --------------------------------------------------------------------------------------------------------------------

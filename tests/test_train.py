@@ -256,3 +256,14 @@ def test_accelerate_launch_two_cpu_processes(tmp_path):
     # Two ranks of 2 prompts each: 4 of the 16 prompts per step
     assert [entry["epoch"] for entry in logs] == [0.25, 0.5, 0.75]
     assert (output / "model.safetensors").exists() and (output / "README.md").exists()
+
+
+def test_model_card_states_the_method_that_ran(tmp_path):
+    # An entropy run used to be described as "trained with VEPO", with VEPO's noise settings on the card
+    trainer = main(*parse("--output_dir", str(tmp_path / "run"), "--selection_strategy", "entropy", *SHORT))
+    card = (tmp_path / "run" / "README.md").read_text()
+    assert "trained with **VEPO**" not in card
+    assert "GRPO on each response's top-k entropy tokens" in card and "No perturbed-image pass" in card
+    assert "| `selection_strategy` | entropy |" in card
+    assert "`noise_step`" not in card and "`perturbation`" not in card and "`selection_alpha`" not in card
+    assert trainer.args.selection_strategy == "entropy"

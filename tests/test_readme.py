@@ -53,3 +53,20 @@ def test_time_claims_are_the_measured_ones():
 def test_paper_vs_release_table_covers_the_measured_differences(name):
     table = README[README.index("## Where the paper and the authors' code differ") :]
     assert name in table
+
+
+def test_release_metadata_is_single_sourced():
+    import configparser
+
+    import vepo_trl
+
+    setup = configparser.ConfigParser()
+    setup.read(REPO / "setup.cfg")
+    assert setup["metadata"]["version"] == "attr: vepo_trl.__version__"
+    assert f"## [{vepo_trl.__version__}]" in (REPO / "CHANGELOG.md").read_text()
+
+
+def test_ci_runs_the_readme_test_command_and_the_wheel_demo():
+    ci = (REPO / ".ci" / "run").read_text()
+    assert 'python3 -m pip install -e ".[dev]" && python3 -m pytest' in ci
+    assert "python3 -m build" in ci and "dist/vepo_trl-*.whl" in ci and "vepo-trl\" demo" in ci

@@ -106,7 +106,9 @@ def install_cell_namespace(monkeypatch, importable: bool):
     monkeypatch.setattr(
         importlib.util,
         "find_spec",
-        lambda name, *a: (real_find_spec(name, *a) if importable else None) if name == "vepo_trl" else real_find_spec(name, *a),
+        lambda name, *a: (
+            (real_find_spec(name, *a) if importable else None) if name == "vepo_trl" else real_find_spec(name, *a)
+        ),
     )
     namespace = {}
     exec(definitions, namespace)

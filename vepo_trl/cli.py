@@ -38,7 +38,12 @@ def _vepo_options() -> list[tuple[str, str, str]]:
     from .train import VEPOScriptArguments
 
     # Fields each class declares itself (VEPOScriptArguments re-declares dataset_name with VEPO's choices)
-    own = [f for cls in (VEPOScriptArguments, VEPOConfig) for f in dataclasses.fields(cls) if f.name in vars(cls)["__annotations__"]]
+    own = [
+        f
+        for cls in (VEPOScriptArguments, VEPOConfig)
+        for f in dataclasses.fields(cls)
+        if f.name in vars(cls)["__annotations__"]
+    ]
     rows = []
     for f in own:
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
@@ -51,11 +56,15 @@ def _print_short_help(command: str) -> None:
 
     print(_USAGE.format(command=command), end="")
     if command == "demo":
-        print("\nTrain VEPO on a tiny random Qwen2.5-VL and synthetic rows on the CPU (the packaged recipe tiny.yaml);")
+        print(
+            "\nTrain VEPO on a tiny random Qwen2.5-VL and synthetic rows on the CPU (the packaged recipe tiny.yaml);"
+        )
         print("every option below overrides the recipe, e.g. --max_steps 10 --selection_strategy entropy.")
     else:
         print("\nTrain a vision-language model with VEPO. Options come from the recipe, then the command line.")
-    print("\n  --config RECIPE.yaml          a recipe (recipes/<Model>/<method>/config_<name>.yaml); keys are the options")
+    print(
+        "\n  --config RECIPE.yaml          a recipe (recipes/<Model>/<method>/config_<name>.yaml); keys are the options"
+    )
     print("\nVEPO and data options:")
     for flag, default, help_text in _vepo_options():
         print(f"  {flag} (default: {default})")

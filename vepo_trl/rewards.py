@@ -155,14 +155,14 @@ def completion_to_text(completion: Any) -> str:
 
 # Exactly the pattern of the authors' framework (EasyR1, examples/reward_function/math.py), used with fullmatch.
 _FORMAT_PATTERN = re.compile(r"<think>.*</think>.*\\boxed\{.*\}.*", re.DOTALL)
-# EasyR1 removes whitespace around "<", ">" and "/" before scoring (so "< think >" and leading blank lines pass).
+# vepo_trl removes whitespace around "<", ">" and "/" before scoring (so "< think >" and leading blank lines pass).
+# The authors' release (commit 4247308) does not: a completion starting with a newline scores 0 there, 1 here.
 _TAG_WHITESPACE = re.compile(r"\s*(<|>|/)\s*")
 
 
 def _format_score(text: str) -> float:
-    # EasyR1 does not call ``str.strip``; its tag-whitespace substitution already removes whitespace before the
-    # opening "<think>", and trailing whitespace is absorbed by the final ``.*``. The extra strip keeps us correct
-    # even if the substitution is ever dropped.
+    # The tag-whitespace substitution already removes whitespace before the opening "<think>", and trailing
+    # whitespace is absorbed by the final ``.*``; the extra strip keeps that true if the substitution is ever dropped.
     text = _TAG_WHITESPACE.sub(r"\1", text).strip()
     return 1.0 if _FORMAT_PATTERN.fullmatch(text) else 0.0
 

@@ -13,8 +13,8 @@ import logging
 import os
 import re
 import sys
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import datasets
 import transformers

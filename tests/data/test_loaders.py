@@ -1,10 +1,10 @@
 """Tests for the data loaders, on small local stand-ins that mirror the schemas of the real Hub data sets."""
 
 import io
-import math
-import re
 import json
 import logging
+import math
+import re
 
 import datasets
 import numpy as np

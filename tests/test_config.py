@@ -103,3 +103,39 @@ def test_error_lists_every_valid_name(tmp_path):
 def test_top_entropy_quantile_allowed_with_full(tmp_path):
     # GRPO's own filter on plain GRPO is GRPO's business; it only clashes with a VEPO selection
     assert make(tmp_path, selection_strategy="full", top_entropy_quantile=0.2).top_entropy_quantile == 0.2
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        # YAML hands these through unconverted: each used to pass and crash at the first step
+        ("noise_step", "500.7", "noise_step must be a whole number, got 500.7"),
+        ("scoring_tile_size", "64.9", "scoring_tile_size must be a whole number, got 64.9"),
+        ("noise_annealing_coefficient", ".nan", "noise_annealing_coefficient must be a finite number"),
+        ("noise_annealing_coefficient", ".inf", "noise_annealing_coefficient must be a finite number"),
+        # A NaN sigma made every perturbed image NaN, and every selection the first k tokens
+        ("noise_sigma", ".nan", "noise_sigma must be a finite number"),
+    ],
+)
+def test_yaml_values_of_the_wrong_kind_are_rejected(tmp_path, key, value, message):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"output_dir: {tmp_path}\nuse_cpu: true\nreport_to: none\n{key}: {value}\n")
+    with pytest.raises(ValueError, match=message):
+        TrlParser(VEPOConfig).parse_args_and_config(["--config", str(recipe)])
+
+
+def test_whole_floats_from_yaml_become_ints(tmp_path):
+    config = make(tmp_path, noise_step=500.0, scoring_tile_size=32.0)
+    assert (config.noise_step, config.scoring_tile_size) == (500, 32)
+    assert isinstance(config.noise_step, int) and isinstance(config.scoring_tile_size, int)
+
+
+def test_bf16_follows_the_hardware_unless_set(tmp_path, monkeypatch):
+    import vepo_trl.config as config_module
+
+    # The README's VEPOConfig(output_dir=...) on a CPU: GRPOConfig's bf16=True would raise there
+    monkeypatch.setattr(config_module, "_hardware_supports_bf16", lambda: False)
+    assert VEPOConfig(output_dir=str(tmp_path), report_to="none").bf16 is False
+    assert VEPOConfig(output_dir=str(tmp_path), report_to="none", bf16=False).bf16 is False
+    monkeypatch.setattr(config_module, "_hardware_supports_bf16", lambda: True)
+    assert VEPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True).bf16 is False

@@ -93,3 +93,38 @@ def test_notebook_runs_in_tiny_mode(tmp_path, monkeypatch):
     card = (output_dir / "README.md").read_text()
     assert "@misc{jin2026vepo" in card and "Entropy Is Not Enough" in card
     assert "hf_" not in card, "the model card must not contain anything token-like"
+
+
+def install_cell_namespace(monkeypatch, importable: bool):
+    """Run the install cell's definitions (not its pip call) with vepo_trl importable or not."""
+    import importlib.util
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    source = code_cell(nb, "VEPO_TRL_SOURCE =").source
+    definitions = source[: source.index("command = install_command(")]
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: (
+            (real_find_spec(name, *a) if importable else None) if name == "vepo_trl" else real_find_spec(name, *a)
+        ),
+    )
+    namespace = {}
+    exec(definitions, namespace)
+    return namespace
+
+
+def test_install_cell_installs_from_the_clone_or_a_given_source(monkeypatch):
+    # It used to run `%pip install vepo-trl`, which is not on PyPI
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    assert "%pip install -q vepo-trl" not in code_cell(nb, "VEPO_TRL_SOURCE =").source
+    repo = NOTEBOOK.parent.parent
+    installed = install_cell_namespace(monkeypatch, importable=True)
+    assert installed["install_command"](None, here=NOTEBOOK.parent) is None
+    fresh = install_cell_namespace(monkeypatch, importable=False)
+    assert fresh["install_command"](None, here=NOTEBOOK.parent)[-1] == str(repo)
+    wheel = "/content/vepo_trl-0.1.0-py3-none-any.whl"
+    assert fresh["install_command"](wheel, here=Path("/"))[-4:] == ["pip", "install", "-q", wheel]
+    with pytest.raises(RuntimeError, match="set VEPO_TRL_SOURCE"):
+        fresh["install_command"](None, here=Path("/"))

@@ -30,8 +30,8 @@ CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 PATCH, TEMPORAL, MERGE, CHANNELS = 14, 2, 2, 3
 ROW = CHANNELS * TEMPORAL * PATCH * PATCH  # 1176
 BLOCK = ROW // CHANNELS  # 392 values per channel in a row
-ALL_PERTURBATIONS = ["diffusion", "gaussian", "mean_image", "black_image", "patch_blackout"]
-STOCHASTIC = ["diffusion", "gaussian", "patch_blackout"]
+ALL_PERTURBATIONS = ["diffusion", "gaussian", "gaussian_release", "mean_image", "black_image", "patch_blackout"]
+STOCHASTIC = ["diffusion", "gaussian", "gaussian_release", "patch_blackout"]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -491,3 +491,22 @@ def test_empty_batch():
     empty = torch.zeros(0, ROW)
     out = perturb_pixel_values("diffusion", empty, torch.zeros(0, 3, dtype=torch.long))
     assert out.shape == (0, ROW)
+
+
+def test_gaussian_release_accumulates_noise_like_the_release():
+    # The release adds N(0, 2^2) once per rollout to one shared input dict: 12 rollouts leave sigma 2 * sqrt(12)
+    rows, grid, _ = batch_of([(10, 10)], [7])
+    noise = (perturb_pixel_values("gaussian_release", rows, grid, seed=4, step=1, sigma=2.0) - rows).double()
+    assert noise.std().item() == pytest.approx(2.0 * math.sqrt(12), rel=0.02)
+    assert noise.std().item() == pytest.approx(6.93, rel=0.02)
+    four = perturb_pixel_values("gaussian_release", rows, grid, seed=4, step=1, sigma=2.0, num_generations=4) - rows
+    assert four.double().std().item() == pytest.approx(4.0, rel=0.02)
+
+
+def test_gaussian_release_gives_every_rollout_of_a_prompt_the_same_image():
+    # Three rollouts of one prompt carry the same image: in the release all of them see one noisy image
+    rows, grid, _ = batch_of([(6, 6)], [3])
+    batch = torch.cat([rows, rows, rows])
+    grids = torch.cat([grid, grid, grid])
+    out = perturb_pixel_values("gaussian_release", batch, grids, seed=1, step=0).split(rows.shape[0])
+    assert torch.equal(out[0], out[1]) and torch.equal(out[1], out[2]) and not torch.equal(out[0], rows)

@@ -211,6 +211,8 @@ def test_accuracy_missing_ground_truth_is_skipped():
 
 
 HUGE_ANSWERS = [r"\boxed{9^{9^{9^{9}}}}", r"\boxed{99999999999^{99999999}}", r"\boxed{(x+1)^{2023}}"]
+# Factorials and binomials that each hung math-verify for over 45 s in a worker thread
+HUGE_FACTORIALS = [r"\boxed{99999!!}", r"\boxed{(10^{7})!}", r"\boxed{\binom{2000000}{1000000}}"]
 
 
 def test_accuracy_huge_expressions_skip_math_verify(monkeypatch):
@@ -229,7 +231,8 @@ def test_accuracy_huge_expressions_skip_math_verify(monkeypatch):
     assert accuracy(r"\boxed{(x+1)^{2023}}", "(x+1)^{2023}") == 1.0
 
 
-def test_huge_expressions_in_a_worker_thread_do_not_hang():
+@pytest.mark.parametrize("answers", [HUGE_ANSWERS, HUGE_FACTORIALS], ids=["powers", "factorials"])
+def test_huge_expressions_in_a_worker_thread_do_not_hang(answers):
     # Off the main thread math-verify runs without a timeout, and the big-integer arithmetic holds the GIL, so a hang
     # would freeze the whole interpreter: check in a child process that can be killed.
     # The module is loaded from its file so that the child skips the package's heavier imports (TRL, transformers).
@@ -241,7 +244,7 @@ def test_huge_expressions_in_a_worker_thread_do_not_hang():
         spec.loader.exec_module(module)
         accuracy_reward = module.accuracy_reward
         out = []
-        thread = threading.Thread(target=lambda: out.append(accuracy_reward({HUGE_ANSWERS!r}, answer=["3"] * 3)))
+        thread = threading.Thread(target=lambda: out.append(accuracy_reward({answers!r}, answer=["3"] * 3)))
         thread.start()
         thread.join()
         print(out)
@@ -266,6 +269,11 @@ def test_grade_answer_never_raises_when_math_verify_fails(monkeypatch):
         assert accuracy(r"\boxed{0.5}", r"\frac{1}{2}") == 0.0
     # exact matches do not need math-verify at all
     assert grade_answer("3", "3") is True
+
+
+def test_small_factorials_and_binomials_are_still_graded():
+    assert accuracy(r"\boxed{5!}", "120") == 1.0
+    assert accuracy(r"\boxed{\binom{5}{2}}", "10") == 1.0
 
 
 def test_grade_answer_list_ground_truth():

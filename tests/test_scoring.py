@@ -1156,3 +1156,22 @@ def test_scatter_to_rows():
 def test_scoring_module_exports():
     for name in scoring.__all__:
         assert hasattr(scoring, name), name
+
+
+def test_one_bad_value_ranks_that_token_last_and_keeps_the_rest():
+    # Row 0: a NaN JSD at position 1; row 1: a NaN entropy at position 3. Each used to zero its whole response, and
+    # the selection fell back to the first k tokens
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    jsd = torch.tensor([[0.1, math.nan, 0.3, 0.6, 0.2], [0.1, 0.2, 0.3, 0.6, 0.2]])
+    entropy = torch.tensor([[1.0, 2.0, 3.0, 4.0, 0.5], [1.0, 2.0, 3.0, math.nan, 5.0]])
+    got = minmax_normalize(jsd, mask)
+    # The rest normalise over their own finite range: (x - 0.1) / (0.6 - 0.1)
+    torch.testing.assert_close(got[0, [0, 2, 3, 4]], torch.tensor([0.0, 0.4, 1.0, 0.2]))
+    assert got[0, 1].isnan() and not got[1].isnan().any()
+    signals = TokenSignals(entropy=entropy, perturbed_entropy=entropy * 0.5, jsd=jsd)
+    selected = select_tokens("vepo", signals, mask, ratio=0.8, alpha=0.7)
+    # Four of five kept per row: exactly the token with the bad value is the one left out
+    assert selected.tolist() == [[True, False, True, True, True], [True, True, True, False, True]]
+    # Selections that do not use the bad signal are unaffected by it
+    by_entropy = select_tokens("entropy", TokenSignals(entropy=entropy[:1]), mask[:1], ratio=0.4)
+    assert by_entropy.tolist() == [[False, False, True, True, False]]

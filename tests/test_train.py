@@ -92,7 +92,12 @@ def test_demo_leaves_model_metrics_and_summary(tmp_path, capsys):
     summary = (output / "summary.md").read_text()
     # 2 steps of 8 completions (2 prompts x 4), each through exactly one perturbed forward
     assert "with VEPO for 2 steps" in summary and "16 sampled completions each went through one" in summary
-    assert summary in capsys.readouterr().out
+    assert "`diffusion` at noise step 500" in summary and "nan" not in summary
+    out = capsys.readouterr().out
+    assert summary in out
+    # A progress bar and the summary, not every step's metric dict (those are in metrics.jsonl)
+    assert "'loss'" not in out and "{'" not in out
+    assert f"Saved to `{output}`" in summary
 
 
 def test_cli_lists_strategies_and_rejects_unknown_commands(capsys):
@@ -123,6 +128,107 @@ def test_evaluate_command_on_a_local_file(tiny_model_dir, tmp_path, capsys):
 def test_console_script_is_installed():
     result = subprocess.run(["vepo-trl", "--help"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "vepo-trl demo" in result.stdout
+    assert "vepo-trl <command> --help" in result.stdout and "--version" in result.stdout
+
+
+def test_version(capsys):
+    from vepo_trl import __version__
+
+    cli_main(["--version"])
+    assert capsys.readouterr().out == f"vepo-trl {__version__}\n"
+
+
+def test_train_help_lists_config_and_vepo_options_first(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0
+    # Short (TRL's full list is over 1,400 lines, behind --help-all), --config first, then VEPO's own options
+    assert len(out.splitlines()) < 150
+    assert out.index("--config") < out.index("--selection_strategy") < out.index("--help-all")
+    for flag in ("--dataset_name", "--reward_funcs", "--selection_ratio", "--perturbation", "--noise_sigma"):
+        assert flag in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--selection_ratio", "2"], "selection_ratio is k"),
+        (["--model_name_or_path", "/missing"], "model_name_or_path '/missing': no such model folder"),
+        (["--reward_funcs", "accuracy", "bogus"], "Unknown reward function(s) ['bogus']"),
+        (["--reward_funcs", "accuracy", "--reward_weights", "0.9", "0.1"], "reward_weights has 2 entries for 1"),
+        (["--dataset_name", "/nowhere/data.jsonl"], "dataset_name '/nowhere/data.jsonl': no such data set or file"),
+        (["--noise_step", "500.5"], "invalid int value: '500.5'"),
+        (["--config", "/nowhere.yaml"], "--config /nowhere.yaml: no such file"),
+    ],
+)
+def test_user_errors_are_one_line_and_exit_2_before_loading(argv, message, capsys, monkeypatch):
+    import vepo_trl.train as train_module
+
+    # Nothing may load: the run would stop here if it got past the checks
+    monkeypatch.setattr(train_module, "load_dataset_split", lambda *a, **k: pytest.fail("data loaded"))
+    monkeypatch.setattr(train_module, "load_model", lambda *a, **k: pytest.fail("model loaded"))
+    base = [] if argv[0] == "--config" else ["--config", str(TINY_RECIPE)]
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["train", *base, *argv])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert message in err and "Traceback" not in err
+    assert len([line for line in err.splitlines() if line.startswith("vepo-trl train: error:")]) == 1
+
+
+def test_train_reports_like_the_demo_and_replaces_an_earlier_report(tmp_path, capsys):
+    output = tmp_path / "run"
+    output.mkdir()
+    (output / "summary.md").write_text("an earlier run\n")
+    (output / "metrics.jsonl").write_text('{"loss": 9.9, "step": 99}\n')
+    cli_main(["train", "--config", str(TINY_RECIPE), "--output_dir", str(output), *SHORT])
+    out = capsys.readouterr().out
+    summary = (output / "summary.md").read_text()
+    assert summary.startswith("# vepo-trl train") and summary in out and f"Saved to `{output}`" in out
+    assert "holds an earlier run" in out
+    assert '"step": 99' not in (output / "metrics.jsonl").read_text()
+
+
+@pytest.mark.parametrize(
+    ("argv", "present", "absent"),
+    [
+        (
+            ["--selection_strategy", "entropy"],
+            ["with GRPO on each response's top-k entropy tokens", "No perturbed pass: strategy `entropy` needs none"],
+            ["with VEPO", "perturbed-image forward", "JSD", "noise step"],
+        ),
+        (
+            ["--selection_strategy", "full"],
+            ["with plain GRPO", "No perturbed pass", "Tokens trained on:"],
+            ["with VEPO", "k = ", "noise step"],
+        ),
+        (
+            ["--perturbation", "gaussian", "--noise_sigma", "1.5"],
+            ["`gaussian`, sigma 1.5 on normalised pixel values"],
+            ["noise step"],
+        ),
+        (
+            ["--noise_annealing", "true"],
+            ["noise step annealed from"],
+            [],
+        ),
+        (
+            # Fewer steps than logging_steps: nothing logged, and the summary says so instead of printing nan
+            ["--max_steps", "2", "--logging_steps", "5"],
+            ["No training step was logged"],
+            ["Reward (mean"],
+        ),
+    ],
+)
+def test_demo_summary_states_exactly_what_ran(tmp_path, argv, present, absent):
+    cli_main(["demo", "--output_dir", str(tmp_path / "demo"), *SHORT, *argv])
+    summary = (tmp_path / "demo" / "summary.md").read_text()
+    assert "nan" not in summary.replace("annealed", "")
+    for text in present:
+        assert text in summary, (text, summary)
+    for text in absent:
+        assert text not in summary, (text, summary)
 
 
 @pytest.mark.slow
@@ -150,3 +256,14 @@ def test_accelerate_launch_two_cpu_processes(tmp_path):
     # Two ranks of 2 prompts each: 4 of the 16 prompts per step
     assert [entry["epoch"] for entry in logs] == [0.25, 0.5, 0.75]
     assert (output / "model.safetensors").exists() and (output / "README.md").exists()
+
+
+def test_model_card_states_the_method_that_ran(tmp_path):
+    # An entropy run used to be described as "trained with VEPO", with VEPO's noise settings on the card
+    trainer = main(*parse("--output_dir", str(tmp_path / "run"), "--selection_strategy", "entropy", *SHORT))
+    card = (tmp_path / "run" / "README.md").read_text()
+    assert "trained with **VEPO**" not in card
+    assert "GRPO on each response's top-k entropy tokens" in card and "No perturbed-image pass" in card
+    assert "| `selection_strategy` | entropy |" in card
+    assert "`noise_step`" not in card and "`perturbation`" not in card and "`selection_alpha`" not in card
+    assert trainer.args.selection_strategy == "entropy"

@@ -1,95 +1,141 @@
 """The `vepo-trl` command line.
 
-vepo-trl demo                      train VEPO on a tiny model and synthetic data on the CPU (about a minute)
+vepo-trl demo                      train VEPO on a tiny model and synthetic data on the CPU (~35 s on 2 cores)
 vepo-trl train --config R.yaml     train from a recipe (any key can be overridden: --selection_ratio 0.3)
 vepo-trl evaluate --model M        greedy accuracy/format on a data set
 vepo-trl strategies                list the selection strategies and perturbations
+vepo-trl --version                 print the version
+
+Run `vepo-trl <command> --help` for a command's options.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import math
 import sys
 import time
+import warnings
 from importlib import resources
 from pathlib import Path
 
 
 DEMO_RECIPE = "recipes/tiny.yaml"
+# The options `train --help` lists first: the recipe file, then the script's and VEPO's own fields
+_USAGE = "usage: vepo-trl {command} [--config RECIPE.yaml] [--<option> VALUE ...]\n"
+
+
+def _fail(command: str, message: str):
+    """A user error: one line on stderr, exit status 2 (argparse's convention)."""
+    print(f"vepo-trl {command}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _vepo_options() -> list[tuple[str, str, str]]:
+    """(flag, default, help) for the training script's own fields and VEPOConfig's fields, in declaration order."""
+    from .config import VEPOConfig
+    from .train import VEPOScriptArguments
+
+    # Fields each class declares itself (VEPOScriptArguments re-declares dataset_name with VEPO's choices)
+    own = [
+        f
+        for cls in (VEPOScriptArguments, VEPOConfig)
+        for f in dataclasses.fields(cls)
+        if f.name in vars(cls)["__annotations__"]
+    ]
+    rows = []
+    for f in own:
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        rows.append((f"--{f.name}", repr(default) if isinstance(default, str) else str(default), f.metadata["help"]))
+    return rows
+
+
+def _print_short_help(command: str) -> None:
+    import textwrap
+
+    print(_USAGE.format(command=command), end="")
+    if command == "demo":
+        print(
+            "\nTrain VEPO on a tiny random Qwen2.5-VL and synthetic rows on the CPU (the packaged recipe tiny.yaml);"
+        )
+        print("every option below overrides the recipe, e.g. --max_steps 10 --selection_strategy entropy.")
+    else:
+        print("\nTrain a vision-language model with VEPO. Options come from the recipe, then the command line.")
+    print(
+        "\n  --config RECIPE.yaml          a recipe (recipes/<Model>/<method>/config_<name>.yaml); keys are the options"
+    )
+    print("\nVEPO and data options:")
+    for flag, default, help_text in _vepo_options():
+        print(f"  {flag} (default: {default})")
+        print(textwrap.fill(help_text, width=110, initial_indent="      ", subsequent_indent="      "))
+    print(
+        "\nCommon TRL options: --model_name_or_path, --output_dir, --max_steps, --learning_rate, --num_generations,\n"
+        "--per_device_train_batch_size, --max_completion_length, --logging_steps, --use_peft, --bf16, --use_vllm.\n"
+        f"Every GRPOConfig, TrainingArguments and ModelConfig option: vepo-trl {command} --help-all"
+    )
+
+
+def _parse(command: str, argv: list[str]):
+    """The three argument dataclasses; user errors exit with one line and status 2 before anything loads."""
+    if "--config" in argv:
+        index = argv.index("--config")
+        if index + 1 >= len(argv):
+            _fail(command, "--config needs a recipe file (e.g. recipes/tiny/config_vepo.yaml).")
+        if not Path(argv[index + 1]).is_file():
+            _fail(command, f"--config {argv[index + 1]}: no such file.")
+    if any(arg in ("-h", "--help") for arg in argv):
+        _print_short_help(command)
+        sys.exit(0)
+    from .train import check_arguments, make_parser
+
+    parser = make_parser()
+    parser.prog = f"vepo-trl {command}"
+    # argparse's own errors print the usage line first: TRL's is over a thousand flags long
+    parser.format_usage = lambda: _USAGE.format(command=command)
+    if "--help-all" in argv:
+        parser.print_help()
+        sys.exit(0)
+    try:
+        with warnings.catch_warnings():
+            # TRL's own default (gradient_checkpointing) trips a transformers deprecation warning the user cannot act on
+            warnings.simplefilter("ignore", FutureWarning)
+            args = parser.parse_args_and_config(argv)
+        check_arguments(*args)
+    except (ValueError, TypeError) as error:
+        _fail(command, " ".join(str(error).split()))
+    return args
+
+
+def _run(command: str, args) -> object:
+    from .report import write_run_report
+    from .train import clear_previous_report, main
+
+    script_args, training_args, model_args = args
+    output_dir = Path(training_args.output_dir)
+    removed = clear_previous_report(str(output_dir)) if output_dir.is_dir() else []
+    if removed:
+        print(f"{output_dir}/ holds an earlier run: its {' and '.join(removed)} are replaced by this run's.")
+    start = time.perf_counter()
+    trainer = main(script_args, training_args, model_args, quiet=True)
+    if trainer.accelerator.is_main_process:
+        print(write_run_report(trainer, time.perf_counter() - start, command))
+    return trainer
 
 
 def _train(argv: list[str]):
-    from .train import main, make_parser
-
-    return main(*make_parser().parse_args_and_config(argv))
+    return _run("train", _parse("train", argv))
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else math.nan
-
-
-def write_demo_report(trainer, seconds: float) -> str:
-    """Write `metrics.jsonl` and `summary.md` next to the saved model; return the summary."""
-    output_dir = Path(trainer.args.output_dir)
-    steps = [entry for entry in trainer.state.log_history if "loss" in entry]
-    with open(output_dir / "metrics.jsonl", "w") as f:
-        for entry in trainer.state.log_history:
-            f.write(json.dumps(entry) + "\n")
-
-    def series(name):
-        return [entry[name] for entry in steps if name in entry]
-
-    def first_last(name):
-        values = series(name)
-        quarter = max(1, len(values) // 4)
-        return _mean(values[:quarter]), _mean(values[-quarter:])
-
-    reward_start, reward_end = first_last("reward")
-    args = trainer.args
-    model_name = trainer.model.config._name_or_path
-    if "tiny-qwen2.5-vl" in model_name:
-        model_name = "the tiny random Qwen2.5-VL"
-    lines = [
-        "# vepo-trl demo",
-        "",
-        f"Trained {model_name} ({sum(p.numel() for p in trainer.model.parameters()):,} parameters) with VEPO for "
-        f"{trainer.state.global_step} steps in {seconds:.0f} s on the CPU.",
-        "",
-        f"- Selection: `{args.selection_strategy}`, k = {args.selection_ratio}, alpha = {args.selection_alpha}; "
-        f"perturbation `{args.perturbation}` at noise step {args.noise_step}.",
-        f"- {trainer.num_perturbed_completions} sampled completions each went through one perturbed-image forward.",
-        f"- Reward (mean of the first / last quarter of logged steps): {reward_start:.3f} -> {reward_end:.3f}.",
-        f"- Tokens trained on: {_mean(series('vepo/selected_fraction')):.1%} of valid completion tokens.",
-        f"- Mean JSD between clean and perturbed next-token distributions: {_mean(series('vepo/jsd_mean')):.4f} nats; "
-        f"mean |entropy gap| {_mean(series('vepo/entropy_gap_abs_mean')):.4f} nats.",
-        f"- Of each response's top-k JSD tokens, top-k entropy would miss "
-        f"{_mean(series('vepo/top_jsd_missed_by_entropy')):.1%}; VEPO's selection misses "
-        f"{_mean(series('vepo/top_jsd_missed_by_selection')):.1%} (the paper's Fig. 5c diagnostic).",
-        "",
-        f"Model and processor: `{output_dir}` (load with `AutoModelForImageTextToText.from_pretrained`).",
-        "Per-step metrics: `metrics.jsonl`; model card: `README.md`.",
-        "",
-        "A random tiny model learns nothing useful; the demo shows the pipeline a GPU run uses. For the paper's run see",
-        "`recipes/README.md`.",
-    ]
-    summary = "\n".join(lines) + "\n"
-    (output_dir / "summary.md").write_text(summary)
-    return summary
-
-
-def _demo(argv: list[str]) -> None:
+def _demo(argv: list[str]):
     import torch
 
     # The tiny model's matrices gain nothing from intra-op threads, and threads contend badly on a busy machine
     torch.set_num_threads(1)
     recipe = resources.files("vepo_trl").joinpath(DEMO_RECIPE)
     with resources.as_file(recipe) as path:
-        start = time.perf_counter()
-        trainer = _train(["--config", str(path), *argv])
-    if trainer.accelerator.is_main_process:
-        print(write_demo_report(trainer, time.perf_counter() - start))
+        args = _parse("demo", ["--config", str(path), *argv])
+    return _run("demo", args)
 
 
 def _evaluate(argv: list[str]) -> None:
@@ -107,7 +153,14 @@ def _evaluate(argv: list[str]) -> None:
 
     from .data import load_vepo_dataset
     from .evaluation import evaluate, load_for_evaluation
-    from .train import resolve_model_name
+    from .train import UsageError, check_model_name, dataset_name_problem, is_known_dataset, resolve_model_name
+
+    try:
+        check_model_name(args.model)
+    except UsageError as error:
+        _fail("evaluate", str(error))
+    if not is_known_dataset(args.dataset):
+        _fail("evaluate", f"--dataset {args.dataset!r}: {dataset_name_problem(args.dataset)}")
 
     dataset = load_vepo_dataset(args.dataset, args.split, min_pixels=args.min_pixels, max_pixels=args.max_pixels)
     model, processor = load_for_evaluation(resolve_model_name(args.model))
@@ -139,6 +192,11 @@ COMMANDS = {"train": _train, "demo": _demo, "evaluate": _evaluate, "strategies":
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("--version", "-V", "version"):
+        from . import __version__
+
+        print(f"vepo-trl {__version__}")
+        return
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         print(__doc__.strip())
         if argv and argv[0] not in ("-h", "--help"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
@@ -17,6 +19,10 @@ class VEPOConfig(GRPOConfig):
 
     Only VEPO's own fields are listed here; every [`~trl.GRPOConfig`] and [`~transformers.TrainingArguments`] field
     applies too. Each field is also a command-line flag and a YAML key through [`~trl.TrlParser`].
+
+    One inherited default differs: `bf16` left unset follows the hardware (on where a CUDA device supports bf16, off
+    on a CPU-only machine), instead of GRPOConfig's unconditional `True`, which fails on a CPU. Set it to force
+    either way.
 
     Parameters:
         > Token selection
@@ -51,7 +57,9 @@ class VEPOConfig(GRPOConfig):
         > Perturbed image
 
         perturbation (`str`, *optional*, defaults to `"diffusion"`):
-            How the counterfactual image is made: `"diffusion"` (the paper), `"gaussian"` (the authors' release),
+            How the counterfactual image is made: `"diffusion"` (the paper), `"gaussian"` (the noise the authors'
+            release means to add, `N(0, noise_sigma^2)` on normalised values), `"gaussian_release"` (what the release
+            actually does: that noise accumulated once per rollout, std `noise_sigma * sqrt(12)`, 6.93 at sigma 2),
             `"mean_image"`, `"black_image"` or `"patch_blackout"`.
         noise_step (`int`, *optional*, defaults to `500`):
             Diffusion step `tau` in [0, 999] of the `"diffusion"` perturbation.
@@ -62,7 +70,8 @@ class VEPOConfig(GRPOConfig):
         noise_annealing_midpoint (`int`, *optional*, defaults to `40`):
             Training step at which the noise step has halved.
         noise_sigma (`float`, *optional*, defaults to `2.0`):
-            Standard deviation of the `"gaussian"` perturbation, in normalised pixel units.
+            Standard deviation of the `"gaussian"` perturbation (per rollout for `"gaussian_release"`), in normalised
+            pixel units.
         patch_probability (`float`, *optional*, defaults to `0.5`):
             Probability that `"patch_blackout"` blacks out each 14x14 patch.
         perturbation_seed (`int`, *optional*):
@@ -123,7 +132,10 @@ class VEPOConfig(GRPOConfig):
     )
     perturbation: str = field(
         default="diffusion",
-        metadata={"help": "Counterfactual image: diffusion, gaussian, mean_image, black_image or patch_blackout."},
+        metadata={
+            "help": "Counterfactual image: diffusion (the paper), gaussian, gaussian_release (the release's "
+            "accumulated noise, sigma * sqrt(12)), mean_image, black_image or patch_blackout."
+        },
     )
     noise_step: int = field(
         default=500,
@@ -162,6 +174,23 @@ class VEPOConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        # Types first: YAML and Python callers bypass argparse's conversion, so `noise_step: 500.7` arrives as a float
+        self.noise_step = _whole_number("noise_step", self.noise_step)
+        self.noise_annealing_midpoint = _whole_number("noise_annealing_midpoint", self.noise_annealing_midpoint)
+        self.scoring_tile_size = _whole_number("scoring_tile_size", self.scoring_tile_size)
+        if self.perturbation_seed is not None:
+            self.perturbation_seed = _whole_number("perturbation_seed", self.perturbation_seed)
+        for name in (
+            "selection_ratio",
+            "selection_alpha",
+            "noise_annealing_coefficient",
+            "noise_sigma",
+            "patch_probability",
+        ):
+            setattr(self, name, _finite_number(name, getattr(self, name)))
+        if self.bf16 is None:
+            # GRPOConfig would turn an unset bf16 into True, which TrainingArguments then rejects on a CPU
+            self.bf16 = not self.fp16 and not self.use_cpu and _hardware_supports_bf16()
         super().__post_init__()
         if self.selection_strategy not in SELECTION_STRATEGIES:
             raise ValueError(
@@ -213,3 +242,28 @@ class VEPOConfig(GRPOConfig):
             )
         if self.perturbation_seed is None:
             self.perturbation_seed = self.seed
+
+
+def _hardware_supports_bf16() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def _whole_number(name: str, value) -> int:
+    """`value` as an int; a float is accepted only when it is a whole number (YAML's `500.0`)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a whole number, got {value!r} ({type(value).__name__}).")
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if not math.isfinite(value) or not float(value).is_integer():
+        raise ValueError(f"{name} must be a whole number, got {value!r}.")
+    return int(value)
+
+
+def _finite_number(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number, got {value!r} ({type(value).__name__}).")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}.")
+    return float(value)

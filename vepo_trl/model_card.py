@@ -10,8 +10,12 @@ from importlib.metadata import version
 from huggingface_hub import ModelCard, ModelCardData
 from trl.trainer.utils import get_config_model_id
 
+from .report import _USES_ALPHA, method_name, perturbation_text, selection_text
+from .scoring import get_strategy
 
-# Settings worth reading on the card; nothing else of the config (paths, tokens) is written
+
+# Settings worth reading on the card; nothing else of the config (paths, tokens) is written. Those the run's strategy
+# or perturbation does not use are left out (`card_settings`)
 CARD_SETTINGS = (
     "selection_strategy",
     "selection_ratio",
@@ -19,6 +23,8 @@ CARD_SETTINGS = (
     "perturbation",
     "noise_step",
     "noise_annealing",
+    "noise_sigma",
+    "patch_probability",
     "loss_type",
     "num_generations",
     "learning_rate",
@@ -55,6 +61,26 @@ def summarize_metrics(log_history: list[dict]) -> tuple[list[tuple[str, str, str
     return rows, steps
 
 
+def card_settings(args) -> list[tuple[str, str]]:
+    """(key, value) of the settings that shaped this run: no noise step for an entropy run, no k for full GRPO."""
+    strategy = get_strategy(args.selection_strategy)
+    skip = set()
+    if strategy.count == "all":
+        skip.add("selection_ratio")
+    if strategy.name not in _USES_ALPHA:
+        skip.add("selection_alpha")
+    if not strategy.needs_perturbed_pass:
+        skip |= {"perturbation", "noise_step", "noise_annealing", "noise_sigma", "patch_probability"}
+    else:
+        if args.perturbation != "diffusion":
+            skip |= {"noise_step", "noise_annealing"}
+        if args.perturbation not in ("gaussian", "gaussian_release"):
+            skip.add("noise_sigma")
+        if args.perturbation != "patch_blackout":
+            skip.add("patch_probability")
+    return [(key, _format(getattr(args, key))) for key in CARD_SETTINGS if key not in skip]
+
+
 def build_model_card(trainer, model_name: str | None = None, dataset_name: str | None = None, tags=None) -> ModelCard:
     """Render the VEPO model card for `trainer` (a `VEPOTrainer` after training)."""
     model_id = get_config_model_id(trainer.model.config)
@@ -70,7 +96,9 @@ def build_model_card(trainer, model_name: str | None = None, dataset_name: str |
         datasets=[dataset_name] if dataset_name and "/" in dataset_name else None,
     )
     metrics, steps = summarize_metrics(trainer.state.log_history)
-    settings = [(key, _format(getattr(trainer.args, key))) for key in CARD_SETTINGS]
+    settings = card_settings(trainer.args)
+    strategy = get_strategy(trainer.args.selection_strategy)
+    perturbation = perturbation_text(trainer.args) if strategy.needs_perturbed_pass else None
     template = resources.files("vepo_trl").joinpath("templates/model_card.md")
     with resources.as_file(template) as template_path:
         return ModelCard.from_template(
@@ -83,6 +111,10 @@ def build_model_card(trainer, model_name: str | None = None, dataset_name: str |
             settings=settings,
             metrics=metrics,
             num_logged_steps=steps,
+            is_vepo=strategy.name == "vepo",
+            method=method_name(strategy.name),
+            selection=selection_text(trainer.args),
+            perturbation=perturbation,
             vepo_citation=trainer._paper["citation"],
             vepo_trl_version=version("vepo-trl"),
             trl_version=version("trl"),

@@ -32,6 +32,7 @@ __all__ = [
     "annealed_noise_step",
     "image_seeds",
     "patchify",
+    "RELEASE_NUM_GENERATIONS",
 ]
 
 # OpenAI CLIP statistics, the defaults of Qwen2.5-VL's image processor
@@ -228,6 +229,22 @@ def gaussian_noise(rows, grid, layout, generator, *, sigma: float = 2.0, **_):
     """The authors' released code: `N(0, sigma^2)` added to the normalised values, no clamp, no schedule."""
     noise = torch.randn(rows.shape, generator=generator, device=rows.device, dtype=torch.float32)
     return (rows.float() + sigma * noise).to(rows.dtype)
+
+
+# Rollouts per prompt in the authors' released scripts (`worker.rollout.n=12`)
+RELEASE_NUM_GENERATIONS = 12
+
+
+@register_perturbation("gaussian_release")
+def gaussian_release_noise(
+    rows, grid, layout, generator, *, sigma: float = 2.0, num_generations: int = RELEASE_NUM_GENERATIONS, **_
+):
+    """The release as it actually runs: noise accumulated once per rollout, `N(0, (sigma * sqrt(n))^2)`, n = 12."""
+    # In the release (commit 4247308) a prompt's n rollouts share one input dict and each adds N(0, sigma^2) to the
+    # same `pixel_values` in place, so the image is scored with the sum of n draws (std sigma * sqrt(n): 6.93 for
+    # sigma 2, n 12), and all n rollouts see that one noisy image. Seeding per image content already gives every
+    # rollout of a prompt the same draw here.
+    return gaussian_noise(rows, grid, layout, generator, sigma=sigma * math.sqrt(num_generations))
 
 
 @register_perturbation("mean_image")

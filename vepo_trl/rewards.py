@@ -155,14 +155,14 @@ def completion_to_text(completion: Any) -> str:
 
 # Exactly the pattern of the authors' framework (EasyR1, examples/reward_function/math.py), used with fullmatch.
 _FORMAT_PATTERN = re.compile(r"<think>.*</think>.*\\boxed\{.*\}.*", re.DOTALL)
-# EasyR1 removes whitespace around "<", ">" and "/" before scoring (so "< think >" and leading blank lines pass).
+# vepo_trl removes whitespace around "<", ">" and "/" before scoring (so "< think >" and leading blank lines pass).
+# The authors' release (commit 4247308) does not: a completion starting with a newline scores 0 there, 1 here.
 _TAG_WHITESPACE = re.compile(r"\s*(<|>|/)\s*")
 
 
 def _format_score(text: str) -> float:
-    # EasyR1 does not call ``str.strip``; its tag-whitespace substitution already removes whitespace before the
-    # opening "<think>", and trailing whitespace is absorbed by the final ``.*``. The extra strip keeps us correct
-    # even if the substitution is ever dropped.
+    # The tag-whitespace substitution already removes whitespace before the opening "<think>", and trailing
+    # whitespace is absorbed by the final ``.*``; the extra strip keeps that true if the substitution is ever dropped.
     text = _TAG_WHITESPACE.sub(r"\1", text).strip()
     return 1.0 if _FORMAT_PATTERN.fullmatch(text) else 0.0
 
@@ -339,12 +339,18 @@ def _extract_yes_no(text: str) -> str | None:
 # watchdog could stop it. Such answers are not plausible Geometry3K/K12 answers, so they only get the exact-text check.
 _POWER_TOWER = re.compile(r"\^\s*\{[^{}]*\^|\^\s*\([^()]*\^|\*\*")
 _HUGE_EXPONENT = re.compile(r"\^\s*\{?\s*[-+]?\d{6,}|\d{7,}\s*!")
+# Factorials and binomials explode just as badly: 99999!! (a factorial of a 456,570-digit number), (10^{7})! (a
+# factorial of whatever the brackets hold), \binom{2000000}{1000000}. A plausible answer has a small factorial of a
+# plain number (5!, 10!) or a small binomial.
+_HUGE_FACTORIAL = re.compile(r"!\s*!|\d{5,}\s*!|[)}\]]\s*!|binom[^A-Za-z]{0,60}?(?:\d{4,}|\^)")
 _POWER_OF_GROUP = re.compile(r"[)}\]]\s*\^\s*\{?\s*\d{3,}")
 _LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")
 
 
 def _is_too_expensive(text: str) -> bool:
     if len(text) > MAX_SYMBOLIC_ANSWER_CHARS or _POWER_TOWER.search(text) or _HUGE_EXPONENT.search(text):
+        return True
+    if _HUGE_FACTORIAL.search(text):
         return True
     # A large power of a bracketed expression is only slow when it contains a variable (polynomial expansion).
     return bool(_POWER_OF_GROUP.search(text)) and re.search(r"[A-Za-z]", _LATEX_COMMAND.sub("", text)) is not None
@@ -448,7 +454,7 @@ def grade_answer(prediction: str | None, ground_truth: Any) -> bool:
         if _canonical(pred) == _canonical(gold):
             return True
 
-        if _is_too_expensive(pred):
+        if _is_too_expensive(pred) or _is_too_expensive(gold):
             return False
         return _symbolic_equal(pred, gold)
     except Exception:

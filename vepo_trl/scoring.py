@@ -280,18 +280,23 @@ def reference_token_signals(
 def minmax_normalize(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     """`(x - min) / max(max - min, eps)` over each response's valid tokens, clamped to [0, 1], zero on padding.
 
-    A response whose valid values are all equal normalises to all zeros. Shapes: `x`, `mask` `(B, T)`.
+    A response whose valid values are all equal normalises to all zeros. A valid token whose value is NaN or infinite
+    (a numerical failure in one position) is left out of the min and max and comes out NaN, so any score built from it
+    is NaN and `top_k_mask` ranks that token last; the response's other tokens normalise as if it were absent.
+    Shapes: `x`, `mask` `(B, T)`.
     """
     mask = mask.bool()
     x = x.float()
     if x.shape[-1] == 0:
         return torch.zeros_like(x)
-    x_min = x.masked_fill(~mask, math.inf).amin(-1, keepdim=True)
-    x_max = x.masked_fill(~mask, -math.inf).amax(-1, keepdim=True)
+    finite = mask & torch.isfinite(x)
+    x_min = x.masked_fill(~finite, math.inf).amin(-1, keepdim=True)
+    x_max = x.masked_fill(~finite, -math.inf).amax(-1, keepdim=True)
     span = (x_max - x_min).clamp(min=eps)
     normalized = ((x - x_min) / span).clamp(0.0, 1.0)
-    # Rows without a valid token have min = +inf and max = -inf: zero them through the mask, never through NaN
-    return torch.where(mask, normalized.nan_to_num(0.0), 0.0)
+    # Rows without a finite valid token have min = +inf and max = -inf: zero them through the mask, never through NaN
+    normalized = torch.where(finite, normalized.nan_to_num(0.0), 0.0)
+    return torch.where(mask & ~finite, math.nan, normalized)
 
 
 def num_selected(valid_lengths: torch.Tensor, ratio: float) -> torch.Tensor:

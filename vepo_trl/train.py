@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import datasets
 import transformers
 from accelerate import PartialState
-from transformers import AutoModelForImageTextToText, AutoProcessor, set_seed
+from transformers import AutoModelForImageTextToText, AutoProcessor, ProgressCallback, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config, get_quantization_config
 
 from vepo_trl.config import VEPOConfig
 from vepo_trl.data import load_vepo_dataset, synthetic_training_dataset
+from vepo_trl.report import REPORT_FILES
 from vepo_trl.rewards import get_reward_funcs
 from vepo_trl.testing import tiny_model_path
 from vepo_trl.trainer import VEPOTrainer
@@ -71,6 +74,86 @@ class VEPOScriptArguments(ScriptArguments):
     freeze_vision_tower: bool = field(
         default=True, metadata={"help": "Freeze the vision encoder and its merger, as in the paper."}
     )
+
+
+# A Hub repo id: "name" or "owner/name", letters, digits, "-", "_", "."
+_HUB_ID = re.compile(r"^(?:[\w.-]+/)?[\w.-]+$")
+
+
+class UsageError(ValueError):
+    """A mistake in the run's arguments, found before any model or data loads (the CLI prints it in one line)."""
+
+
+def check_model_name(name: str | None) -> None:
+    """Fail early on a model that cannot exist: a missing local folder, a folder without `config.json`."""
+    if not name:
+        raise UsageError("model_name_or_path is not set: give a Hub id, a local model folder or tiny-qwen2.5-vl.")
+    if name == TINY_MODEL:
+        return
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise UsageError(f"model_name_or_path {name!r} is a folder without config.json: not a saved model.")
+        return
+    looks_local = name.startswith(("/", "./", "../", "~", ".\\")) or path.exists() or not _HUB_ID.match(name)
+    if looks_local:
+        raise UsageError(
+            f"model_name_or_path {name!r}: no such model folder. Give a local folder saved with save_pretrained, a "
+            "Hub id such as Qwen/Qwen2.5-VL-3B-Instruct, or tiny-qwen2.5-vl (the tiny offline model)."
+        )
+
+
+def check_arguments(script_args, training_args, model_args) -> None:
+    """Everything that can be checked without loading anything: model, rewards, data names. Raises `UsageError`."""
+    check_model_name(model_args.model_name_or_path)
+    try:
+        get_reward_funcs(script_args.reward_funcs)
+    except ValueError as error:
+        raise UsageError(f"reward_funcs: {error}") from None
+    weights = training_args.reward_weights
+    if weights is not None and len(weights) != len(script_args.reward_funcs):
+        raise UsageError(
+            f"reward_weights has {len(weights)} entries for {len(script_args.reward_funcs)} reward_funcs "
+            f"{script_args.reward_funcs}: give one weight per reward."
+        )
+    for field_name in ("dataset_name", "eval_dataset_name"):
+        name = getattr(script_args, field_name)
+        if name is None or (field_name == "eval_dataset_name" and not name):
+            continue
+        if name == SYNTHETIC_DATASET or is_known_dataset(name):
+            continue
+        raise UsageError(f"{field_name} {name!r}: {dataset_name_problem(name)}")
+
+
+def is_known_dataset(name: str) -> bool:
+    from vepo_trl.data.loaders import _NAME_ALIASES, PAPER_MIX_NAME
+
+    key = name.strip().lower()
+    return key in _NAME_ALIASES or key == PAPER_MIX_NAME or Path(name).expanduser().exists()
+
+
+def dataset_name_problem(name: str) -> str:
+    from vepo_trl.data.loaders import _accepted_names
+
+    return f"no such data set or file; accepted: {_accepted_names()}, or synthetic"
+
+
+class QuietProgressCallback(ProgressCallback):
+    """The progress bar without the per-step metric dicts (they go to `metrics.jsonl` and the model card)."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        pass
+
+
+def clear_previous_report(output_dir: str) -> list[str]:
+    """Remove an earlier run's report files from `output_dir`; returns the names removed."""
+    removed = []
+    for name in REPORT_FILES:
+        path = Path(output_dir) / name
+        if path.is_file():
+            path.unlink()
+            removed.append(name)
+    return removed
 
 
 def resolve_model_name(name: str) -> str:
@@ -131,8 +214,15 @@ def load_model(model_id: str, model_args: ModelConfig, training_args: VEPOConfig
     return model
 
 
-def main(script_args: VEPOScriptArguments, training_args: VEPOConfig, model_args: ModelConfig) -> VEPOTrainer:
-    """Load data, model and processor, train with VEPO, save, write the model card and push when asked."""
+def main(
+    script_args: VEPOScriptArguments, training_args: VEPOConfig, model_args: ModelConfig, *, quiet: bool = False
+) -> VEPOTrainer:
+    """Load data, model and processor, train with VEPO, save, write the model card and push when asked.
+
+    Arguments are checked (`check_arguments`) before anything loads. `quiet` shows a progress bar without printing
+    each step's metrics (the CLI's choice; they still go to the trainer's log history and the model card).
+    """
+    check_arguments(script_args, training_args, model_args)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s", handlers=[logging.StreamHandler(sys.stdout)]
     )
@@ -173,6 +263,9 @@ def main(script_args: VEPOScriptArguments, training_args: VEPOConfig, model_args
         processing_class=processor,
         peft_config=get_peft_config(model_args),
     )
+    if quiet and not training_args.disable_tqdm:
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(QuietProgressCallback)
 
     checkpoint = training_args.resume_from_checkpoint
     if checkpoint is None and os.path.isdir(training_args.output_dir):
@@ -180,7 +273,8 @@ def main(script_args: VEPOScriptArguments, training_args: VEPOConfig, model_args
     if checkpoint is not None:
         logger.info("Resuming from %s", checkpoint)
     result = trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.log_metrics("train", result.metrics)
+    if not quiet:
+        trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
     trainer.save_state()
     trainer.save_model(training_args.output_dir)

@@ -3,6 +3,8 @@
 import io
 import json
 import logging
+import math
+import re
 
 import datasets
 import numpy as np
@@ -615,3 +617,79 @@ def test_chat_template_places_image_tokens(hub):
 
     with pytest.raises(ValueError, match="does not match"):
         prepare_multimodal_messages(pair["prompt"], images=pair["images"][:1])
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Bad input: answers, empty or broken files, odd paths
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def one_row(tmp_path, answer, problem="<image>Find x."):
+    drawing((300, 200)).save(tmp_path / "a.png")
+    return {"images": [str(tmp_path / "a.png")], "problem": problem, "answer": answer}
+
+
+@pytest.mark.parametrize("answer", [math.nan, np.float64("nan"), None, [], [None], "  "])
+def test_missing_answers_make_the_row_unusable(tmp_path, answer):
+    # A NaN answer used to become the text 'nan' and the row was kept
+    with pytest.raises(UnusableRowError, match="empty answer"):
+        to_conversational(one_row(tmp_path, answer))
+
+
+@pytest.mark.parametrize(("answer", "text"), [(["4"], "4"), (4.0, "4"), (np.int64(7), "7"), ((" 2.5 ",), "2.5")])
+def test_single_answers_in_any_container_become_text(tmp_path, answer, text):
+    assert to_conversational(one_row(tmp_path, answer))["answer"] == text
+
+
+def test_an_answer_list_is_rejected_with_the_row_named(tmp_path, hub, caplog):
+    # ["4", "four"] used to be stored as the text "['4', 'four']", which no completion ever matched
+    rows = [one_row(tmp_path, ["4", "four"]), one_row(tmp_path, ["5"])]
+    path = tmp_path / "lists.jsonl"
+    path.write_text("\n".join(json.dumps(row) for row in rows))
+    with pytest.raises(ValueError, match=r"lists/train row 0: answer is a list of several answers"):
+        load_vepo_dataset(str(path), strict=True)
+    with caplog.at_level(logging.WARNING):
+        dataset = load_vepo_dataset(str(path))
+    assert dataset["answer"] == ["5"]
+    assert "1 answer is a list of several answers" in caplog.text and "first at row 0" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("empty.jsonl", "", "the file is empty: no rows"),  # was a bare StopIteration
+        ("blank.jsonl", "\n\n", "the file is empty: no rows"),
+        ("empty.json", "[]", "the file holds an empty JSON list: no rows"),
+        ("broken.jsonl", '{"problem": "a", "answer": "1", "images": []}\n{"problem": \n', "line 2 is not valid JSON"),
+        ("scalar.json", "3", "the file holds a JSON int, not rows"),
+    ],
+)
+def test_unreadable_local_files_name_the_file_and_the_problem(tmp_path, hub, name, content, message):
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(ValueError, match=f"cannot read {re.escape(str(path))}: {message}"):
+        load_vepo_dataset(str(path))
+
+
+def test_zero_row_parquet_names_the_file(tmp_path, hub):
+    path = tmp_path / "none.parquet"
+    datasets.Dataset.from_dict({"problem": [], "answer": [], "images": []}).to_parquet(str(path))
+    with pytest.raises(ValueError, match=f"cannot read {re.escape(str(path))}: the file has no rows"):
+        load_vepo_dataset(str(path))
+
+
+def test_a_path_with_brackets_is_a_path_not_a_pattern(tmp_path, hub):
+    folder = tmp_path / "run[1]"
+    folder.mkdir()
+    row = one_row(folder, "3")
+    path = folder / "data.jsonl"
+    path.write_text(json.dumps(row))
+    assert load_vepo_dataset(str(path))["answer"] == ["3"]
+
+
+@pytest.mark.parametrize("placeholder", ["<Image>", "<IMAGE>", "<image>"])
+def test_image_placeholder_in_any_case(tmp_path, placeholder):
+    row = to_conversational(one_row(tmp_path, "3", problem=f"Look: {placeholder} Find x."))
+    parts = row["prompt"][1]["content"]
+    assert [part["type"] for part in parts] == ["text", "image", "text"]
+    assert all(placeholder not in part.get("text", "") for part in parts)

@@ -19,9 +19,13 @@ counted per reason in the log, or raise a `ValueError` naming the row when `stri
 from __future__ import annotations
 
 import base64
+import glob
 import io
+import json
 import logging
+import math
 import os
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +46,8 @@ SYSTEM_PROMPT = (
     "The reasoning process MUST BE enclosed within <think> </think> tags. The final answer MUST BE put in \\boxed{}."
 )
 IMAGE_PLACEHOLDER = "<image>"
+# Data sets spell the placeholder `<image>`, `<Image>` or `<IMAGE>`; any case is one placeholder
+_PLACEHOLDER_PATTERN = re.compile(re.escape(IMAGE_PLACEHOLDER), re.IGNORECASE)
 
 # Pixel bounds of the paper (min 512 * 512, max 1M pixels per image).
 DEFAULT_MIN_PIXELS = 262_144
@@ -60,6 +66,7 @@ ID_COLUMNS = ("id", "pid", "question_id", "problem_id")
 # Drop reasons, also used in the log and in strict-mode errors.
 MISSING_PROBLEM = "missing problem"
 EMPTY_ANSWER = "empty answer"
+SEVERAL_ANSWERS = "answer is a list of several answers"
 NO_IMAGE = "no image"
 UNREADABLE_IMAGE = "unreadable image"
 IMAGE_TOO_SMALL = "image too small"
@@ -248,10 +255,10 @@ def prepare_image(
 def build_user_content(problem: str, num_images: int) -> list[dict[str, str]]:
     """Split the problem at its `<image>` placeholders into text and image parts.
 
-    Image parts go exactly where the placeholders stood; without placeholders all images come first. Empty or
+    Image parts go exactly where the placeholders stood (`<image>` in any letter case); without placeholders all images come first. Empty or
     whitespace-only text parts are dropped, other text is kept verbatim.
     """
-    pieces = problem.split(IMAGE_PLACEHOLDER)
+    pieces = _PLACEHOLDER_PATTERN.split(problem)
     num_placeholders = len(pieces) - 1
     if num_placeholders and num_placeholders != num_images:
         raise UnusableRowError(PLACEHOLDER_MISMATCH, f"{num_placeholders} placeholders, {num_images} images")
@@ -276,13 +283,38 @@ def _as_image_list(value: Any) -> list:
     return [value]
 
 
-def _answer_text(value: Any) -> str:
+def _is_missing(value: Any) -> bool:
+    # NaN is how pandas-backed data sets spell an empty cell (float NaN, numpy NaN, pandas NA)
     if value is None:
+        return True
+    try:
+        return bool(value != value)
+    except (TypeError, ValueError):
+        return False
+
+
+def _answer_text(value: Any) -> str:
+    """The reference answer as text; "" when the cell is empty. A list must hold exactly one answer."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, list | tuple):
+        present = [item for item in value if not _is_missing(item) and str(item).strip()]
+        if len(present) > 1:
+            # Stored as "['4', 'four']" this matched no completion: every reward of the row was 0
+            raise UnusableRowError(
+                SEVERAL_ANSWERS, f"{value!r}; give one reference answer per row (the accuracy reward grades one)"
+            )
+        value = present[0] if present else None
+    if _is_missing(value):
         return ""
-    if isinstance(value, list | tuple) and len(value) == 1:
-        value = value[0]
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, Mapping):
+        raise UnusableRowError(EMPTY_ANSWER, f"answer is a {type(value).__name__}, not text: {value!r}")
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
+    if isinstance(value, np.generic):
+        value = value.item()
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
     return str(value).strip()
 
 
@@ -537,20 +569,73 @@ def _has_metadata_file(directory: Path) -> bool:
     return any((folder / name).is_file() for folder in candidates for name in _METADATA_FILES)
 
 
+def _file_problem(path: Path, builder: str) -> str | None:
+    """What is wrong with a local data file that `datasets` failed on or read as empty; None if nothing is found."""
+    if builder == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            rows = pq.read_metadata(path).num_rows
+        except Exception as err:  # pyarrow reports a broken file with several exception types
+            return f"not a readable parquet file ({type(err).__name__}: {err})"
+        return "the file has no rows" if rows == 0 else None
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if not text.strip():
+        return "the file is empty: no rows"
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError:
+        whole = None
+    else:
+        if isinstance(whole, list):
+            if not whole:
+                return "the file holds an empty JSON list: no rows"
+            bad = next((index for index, row in enumerate(whole) if not isinstance(row, dict)), None)
+            if bad is not None:
+                return f"entry {bad} of the JSON list is a {type(whole[bad]).__name__}, not an object of columns"
+            return None
+        if isinstance(whole, dict):
+            return None
+        return f"the file holds a JSON {type(whole).__name__}, not rows (a list of objects or one object per line)"
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            return f"line {number} is not valid JSON ({err.msg} at column {err.colno})"
+        if not isinstance(row, dict):
+            return f"line {number} is a JSON {type(row).__name__}, not an object of columns"
+    return None
+
+
+def _load_local_file(path: Path, split: str, load_kwargs: dict[str, Any]) -> datasets.Dataset:
+    builder = _LOCAL_FILE_BUILDERS.get(path.suffix.lower())
+    if builder is None:
+        raise ValueError(f"unsupported file type {path.suffix!r} for {path}; accepted: {sorted(_LOCAL_FILE_BUILDERS)}")
+    # `data_files` are glob patterns: a literal "[1]" in a folder name would otherwise match nothing
+    pattern = glob.escape(str(path))
+    try:
+        dataset = datasets.load_dataset(builder, data_files={split: pattern}, split=split, **load_kwargs)
+    except Exception as err:  # StopIteration for an empty JSONL, DatasetGenerationError for a bad line, ...
+        problem = _file_problem(path, builder)
+        if problem is None:
+            raise
+        raise ValueError(f"cannot read {path}: {problem}") from err
+    if len(dataset) == 0:
+        raise ValueError(f"cannot read {path}: {_file_problem(path, builder) or 'the file has no rows'}")
+    return dataset
+
+
 def _load_local(path: Path, split: str, load_kwargs: dict[str, Any]) -> datasets.Dataset:
     if path.is_file():
-        builder = _LOCAL_FILE_BUILDERS.get(path.suffix.lower())
-        if builder is None:
-            raise ValueError(
-                f"unsupported file type {path.suffix!r} for {path}; accepted: {sorted(_LOCAL_FILE_BUILDERS)}"
-            )
-        return datasets.load_dataset(builder, data_files={split: str(path)}, split=split, **load_kwargs)
+        return _load_local_file(path, split, load_kwargs)
     if (path / "state.json").is_file() or (path / "dataset_dict.json").is_file():
         loaded = datasets.load_from_disk(str(path))
         return loaded[split] if isinstance(loaded, datasets.DatasetDict) else loaded
     if _has_metadata_file(path):
-        return datasets.load_dataset("imagefolder", data_dir=str(path), split=split, **load_kwargs)
-    return datasets.load_dataset(str(path), split=split, **load_kwargs)
+        return datasets.load_dataset("imagefolder", data_dir=glob.escape(str(path)), split=split, **load_kwargs)
+    return datasets.load_dataset(glob.escape(str(path)), split=split, **load_kwargs)
 
 
 def load_vepo_dataset(
@@ -631,6 +716,7 @@ __all__ = [
     "IMAGE_PLACEHOLDER",
     "OUTPUT_FEATURES",
     "PAPER_MIX",
+    "SEVERAL_ANSWERS",
     "SYSTEM_PROMPT",
     "HubDataset",
     "UnusableRowError",

@@ -1,0 +1,181 @@
+"""What a run did, in words: the summary `vepo-trl demo` / `vepo-trl train` print and the model card's method line.
+
+Every figure says what ran. A figure that does not apply to the run's strategy or perturbation is left out with the
+reason ("no perturbed pass: strategy `entropy` needs none"); one that applies but was not logged reads "not logged",
+never `nan`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from .perturb import RELEASE_NUM_GENERATIONS, annealed_noise_step
+from .scoring import get_strategy
+
+
+# Strategies whose score reads alpha (the JSD / entropy-gap weight)
+_USES_ALPHA = {"vepo", "vepo_no_entropy", "vepo_kl", "vepo_bottom", "vepo_positive_gap", "vepo_additive"}
+# The files a report writes next to the saved model
+REPORT_FILES = ("summary.md", "metrics.jsonl")
+
+
+def method_name(strategy: str) -> str:
+    """The training method in words: "VEPO" only for the paper's strategy."""
+    if strategy == "vepo":
+        return "VEPO"
+    if strategy == "full":
+        return "plain GRPO (every completion token)"
+    if strategy == "entropy":
+        return "GRPO on each response's top-k entropy tokens (the 80/20 baseline)"
+    if strategy == "random":
+        return "GRPO on randomly kept tokens (each with probability k)"
+    if strategy == "vppo":
+        return "GRPO with VPPO's token filter"
+    return f"the VEPO ablation `{strategy}`"
+
+
+def selection_text(args) -> str:
+    strategy = get_strategy(args.selection_strategy)
+    parts = [f"`{strategy.name}` ({strategy.description.rstrip('.')})"]
+    if strategy.count != "all":
+        parts.append(f"k = {args.selection_ratio:g}")
+    if strategy.name in _USES_ALPHA:
+        parts.append(f"alpha = {args.selection_alpha:g}")
+    return ", ".join(parts)
+
+
+def perturbation_text(args, noise_steps: list[float] | None = None, max_steps: int | None = None) -> str:
+    """The perturbation with exactly the parameters it uses; the annealed noise step as the range it ran over."""
+    name = args.perturbation
+    if name == "diffusion":
+        if not args.noise_annealing:
+            return f"`diffusion` at noise step {args.noise_step}"
+        if noise_steps:
+            first, last = int(noise_steps[0]), int(noise_steps[-1])
+        else:
+            total = max(max_steps or 1, 1)
+            kwargs = {
+                "noise_step": args.noise_step,
+                "coefficient": args.noise_annealing_coefficient,
+                "midpoint": args.noise_annealing_midpoint,
+            }
+            first, last = annealed_noise_step(0, total, **kwargs), annealed_noise_step(total - 1, total, **kwargs)
+        return f"`diffusion`, noise step annealed from {first} to {last} (schedule start {args.noise_step})"
+    if name == "gaussian":
+        return f"`gaussian`, sigma {args.noise_sigma:g} on normalised pixel values"
+    if name == "gaussian_release":
+        effective = args.noise_sigma * math.sqrt(RELEASE_NUM_GENERATIONS)
+        return (
+            f"`gaussian_release`, sigma {args.noise_sigma:g} accumulated over {RELEASE_NUM_GENERATIONS} rollouts "
+            f"(effective sigma {effective:.2f}, as in the authors' release)"
+        )
+    if name == "patch_blackout":
+        return f"`patch_blackout`, each patch blacked out with probability {args.patch_probability:g}"
+    return f"`{name}`"
+
+
+def _mean(values: list[float]) -> float | None:
+    values = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    return sum(values) / len(values) if values else None
+
+
+def _percent(value: float | None) -> str:
+    return "not logged" if value is None else f"{value:.1%}"
+
+
+def _number(value: float | None, digits: int = 4) -> str:
+    return "not logged" if value is None else f"{value:.{digits}f}"
+
+
+def write_metrics(trainer) -> Path:
+    """Every entry of the trainer's log history as one JSON line in `output_dir/metrics.jsonl`."""
+    path = Path(trainer.args.output_dir) / "metrics.jsonl"
+    with open(path, "w") as f:
+        for entry in trainer.state.log_history:
+            f.write(json.dumps(entry) + "\n")
+    return path
+
+
+def run_summary(trainer, seconds: float, command: str = "demo") -> str:
+    """The summary of a finished run, from its arguments, its strategy and its logged metrics."""
+    args = trainer.args
+    strategy = get_strategy(args.selection_strategy)
+    steps = [entry for entry in trainer.state.log_history if "loss" in entry]
+
+    def series(name):
+        return [entry[name] for entry in steps if name in entry]
+
+    model_name = str(getattr(trainer.model.config, "_name_or_path", "") or "the model")
+    tiny = "tiny-qwen2.5-vl" in model_name
+    if tiny:
+        model_name = "the tiny random Qwen2.5-VL"
+    parameters = sum(p.numel() for p in trainer.model.parameters())
+    device = trainer.accelerator.device.type
+    where = "the CPU" if device == "cpu" else f"{trainer.accelerator.num_processes} x {device.upper()}"
+    lines = [
+        f"# vepo-trl {command}",
+        "",
+        f"Trained {model_name} ({parameters:,} parameters) with {method_name(strategy.name)} for "
+        f"{trainer.state.global_step} steps in {seconds:.0f} s on {where}.",
+        "",
+        f"- Selection: {selection_text(args)}.",
+    ]
+    if strategy.needs_perturbed_pass:
+        lines.append(
+            f"- Perturbation: {perturbation_text(args, series('vepo/noise_step'), trainer.state.max_steps)}; "
+            f"{trainer.num_perturbed_completions} sampled completions each went through one perturbed-image forward."
+        )
+    else:
+        lines.append(f"- No perturbed pass: strategy `{strategy.name}` needs none.")
+    if not steps:
+        lines.append(
+            f"- No training step was logged (logging_steps {args.logging_steps:g}, {trainer.state.global_step} "
+            "steps), so there are no per-step figures; lower `--logging_steps` to get them."
+        )
+    else:
+        rewards = series("reward")
+        quarter = max(1, len(rewards) // 4)
+        start, end = _mean(rewards[:quarter]), _mean(rewards[-quarter:])
+        reward = "not logged" if start is None else f"{start:.3f} -> {end:.3f}"
+        lines.append(f"- Reward (mean of the first / last quarter of {len(steps)} logged steps): {reward}.")
+        fraction = _mean(series("vepo/selected_fraction"))
+        if fraction is None and strategy.count == "all":
+            lines.append("- Tokens trained on: every valid completion token.")
+        else:
+            lines.append(f"- Tokens trained on: {_percent(fraction)} of valid completion tokens.")
+        if strategy.needs_perturbed_pass:
+            jsd, gap = _mean(series("vepo/jsd_mean")), _mean(series("vepo/entropy_gap_abs_mean"))
+            lines.append(
+                f"- Mean JSD between clean and perturbed next-token distributions: {_number(jsd)} nats; "
+                f"mean |entropy gap| {_number(gap)} nats."
+            )
+            if args.log_selection_diagnostics:
+                missed_entropy = _mean(series("vepo/top_jsd_missed_by_entropy"))
+                missed_selection = _mean(series("vepo/top_jsd_missed_by_selection"))
+                lines.append(
+                    f"- Of each response's top-k JSD tokens, top-k entropy would miss {_percent(missed_entropy)}; "
+                    f"this run's selection misses {_percent(missed_selection)} (the paper's Fig. 5c diagnostic)."
+                )
+    lines += [
+        "",
+        f"Saved to `{args.output_dir}`: the model and processor (load with "
+        "`AutoModelForImageTextToText.from_pretrained`), per-step metrics `metrics.jsonl`, this summary `summary.md` "
+        "and the model card `README.md`.",
+    ]
+    if tiny:
+        lines += [
+            "",
+            "A random tiny model learns nothing useful; the run shows the pipeline a GPU run uses. For the paper's "
+            "run see `recipes/README.md`.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def write_run_report(trainer, seconds: float, command: str = "demo") -> str:
+    """Write `metrics.jsonl` and `summary.md` next to the saved model; return the summary."""
+    write_metrics(trainer)
+    summary = run_summary(trainer, seconds, command)
+    (Path(trainer.args.output_dir) / "summary.md").write_text(summary)
+    return summary

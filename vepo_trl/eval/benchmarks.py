@@ -238,13 +238,19 @@ def _load_data_files(folder: Path, split: str, name: str) -> datasets.Dataset:
         loaded = datasets.load_from_disk(str(folder))
         return _undecoded(loaded[split] if isinstance(loaded, datasets.DatasetDict) else loaded)
     for suffix, builder in ((".parquet", "parquet"), (".jsonl", "json"), (".json", "json")):
-        files = sorted(p for p in folder.rglob(f"*{suffix}") if split in p.relative_to(folder).as_posix())
+        files = sorted(p for p in folder.rglob(f"*{suffix}") if _is_split_file(p.relative_to(folder), split))
         if files:
             loaded = datasets.load_dataset(builder, data_files=[str(p) for p in files], split="train")
             return _undecoded(loaded)
     raise EvalDataError(
         f"{name}: {folder} holds no parquet/JSON data files of split {split!r} (file names must contain the split)."
     )
+
+
+def _is_split_file(relative: Path, split: str) -> bool:
+    # "data/test-00000-of-00001.parquet", "testmini/testmini-0000.parquet", "image.jsonl"; not "non_image-0.parquet"
+    stem = relative.name.split(".")[0]
+    return stem == split or stem.startswith(split + "-") or stem.startswith(split + "_") or split in relative.parts[:-1]
 
 
 def _image_ref(value: Any, fallback: str) -> str:

@@ -43,8 +43,9 @@ option's text). Reply with exactly two lines:
 Extracted: <the final answer>
 Judgement: <1 if equivalent, else 0>"""
 
-_EXTRACTED = re.compile(r"^\s*Extracted\s*:\s*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
-_JUDGEMENT = re.compile(r"^\s*Judgement\s*:\s*\**\s*([01])\b", re.IGNORECASE | re.MULTILINE)
+# Chat models like to bold the labels ("**Judgement:** 1"); the asterisks are skipped
+_EXTRACTED = re.compile(r"^[\s*]*Extracted[\s*]*:[\s*]*(.*?)[\s*]*$", re.IGNORECASE | re.MULTILINE)
+_JUDGEMENT = re.compile(r"^[\s*]*Judge?ment[\s*]*:[\s*]*([01])\b", re.IGNORECASE | re.MULTILINE)
 
 
 @dataclass

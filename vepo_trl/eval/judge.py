@@ -79,8 +79,10 @@ class LLMJudge:
         workers: int = 8,
         max_tokens: int = 256,
     ):
-        from openai import OpenAI
-
+        try:
+            from openai import OpenAI
+        except ImportError:
+            raise ValueError("The LLM judge needs the openai client: pip install 'vepo-trl[eval]'.") from None
         api_key = os.environ.get(api_key_env)
         if not api_key:
             raise ValueError(

@@ -306,7 +306,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             judge = LLMJudge(args.judge_model, base_url=args.judge_base_url, api_key_env=args.judge_api_key_env,
                              timeout=args.judge_timeout, max_retries=args.judge_max_retries,
                              workers=args.judge_workers)  # fmt: skip
-        except ValueError as err:  # no key in the environment
+        except ValueError as err:  # no key in the environment, or no openai client
             raise EvalUsageError(str(err)) from None
     else:
         judge = None

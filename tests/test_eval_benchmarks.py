@@ -24,13 +24,26 @@ def by_id(name, data_dir):
 
 
 def test_registry_names_the_seven_and_rejects_unknown_names():
-    assert PAPER_BENCHMARKS == ("geometry3k", "mmk12", "hallusionbench", "mathvista", "wemath", "mathverse", "mathvision")
+    assert PAPER_BENCHMARKS == (
+        "geometry3k",
+        "mmk12",
+        "hallusionbench",
+        "mathvista",
+        "wemath",
+        "mathverse",
+        "mathvision",
+    )
     assert [b.name for b in resolve_benchmarks("all")] == list(PAPER_BENCHMARKS)
     assert [b.name for b in resolve_benchmarks("geo3k, hallubench,geometry3k")] == ["geometry3k", "hallusionbench"]
     with pytest.raises(ValueError, match="Unknown benchmark 'mathvistaa'. Valid names are: geometry3k"):
         get_benchmark("mathvistaa")
     # The paper judged exactly these four
-    assert {n for n, b in BENCHMARKS.items() if b.judged_in_paper} == {"mathverse", "mathvision", "mathvista", "wemath"}
+    assert {n for n, b in BENCHMARKS.items() if b.judged_in_paper} == {
+        "mathverse",
+        "mathvision",
+        "mathvista",
+        "wemath",
+    }
 
 
 def test_geometry3k_prompt_is_the_problem_and_gold_the_choice_text(hub_copy, noisyrollout_copy):
@@ -59,7 +72,9 @@ def test_mathvision_placeholders_options_and_letter_gold(hub_copy):
     assert examples["4"].text == "How many different digits can you find in this picture?\n<image>"
     assert examples["4"].gold == "6" and examples["4"].choices is None
     q39 = examples["39"]
-    assert q39.text.endswith("?\n<image>\nChoices:\nA. red\nB. blue\nC. green\nD. Yellow\nE. This cannot be worked out for certain.")
+    assert q39.text.endswith(
+        "?\n<image>\nChoices:\nA. red\nB. blue\nC. green\nD. Yellow\nE. This cannot be worked out for certain."
+    )
     assert q39.gold == "A" and q39.choices[0] == "red" and q39.categories == {"subject": "logic"}
 
 
@@ -92,7 +107,10 @@ def test_hallusionbench_prompt_gold_and_rows_without_figure(hub_copy, noisyrollo
         # The VS question without a figure is left out (Hub: split "image"; JSON: null filename)
         assert sorted(examples) == ["VD/illusion/0/0/0", "VD/illusion/0/0/1", "VD/illusion/0/1/0", "VD/illusion/0/1/1"]
         first = examples["VD/illusion/0/0/0"]
-        assert first.text == "<image>Is the right orange circle the same size as the left orange circle" + HALLUSION_SUFFIX
+        assert (
+            first.text
+            == "<image>Is the right orange circle the same size as the left orange circle" + HALLUSION_SUFFIX
+        )
         assert first.gold == "yes" and examples["VD/illusion/0/0/1"].gold == "no"
         assert first.image_refs == ["./hallusion_bench/VD/illusion/0_0.png"]
 
@@ -108,7 +126,9 @@ def test_missing_column_names_the_column(tmp_path):
 
     folder = tmp_path / "mathvista" / "data"
     folder.mkdir(parents=True)
-    datasets.Dataset.from_dict({"pid": ["1"], "question": ["q"], "answer": ["1"]}).to_parquet(str(folder / "testmini-0.parquet"))
+    datasets.Dataset.from_dict({"pid": ["1"], "question": ["q"], "answer": ["1"]}).to_parquet(
+        str(folder / "testmini-0.parquet")
+    )
     with pytest.raises(ValueError, match=r"no column\(s\) \['query', 'question_type'\]"):
         get_benchmark("mathvista").load_examples(tmp_path)
 

@@ -50,7 +50,9 @@ def test_all_seven_then_resume_then_refuse(tiny_model_dir, data_dir, tmp_path, m
         assert len(records) == size, name
         record = records[0]
         assert {"id", "prompt", "images", "completion", "extracted", "gold", "rule_correct", "correct"} <= set(record)
-        assert record["prompt"].startswith("<|im_start|>system\nYou FIRST think") and "<|image_pad|>" in record["prompt"]
+        assert (
+            record["prompt"].startswith("<|im_start|>system\nYou FIRST think") and "<|image_pad|>" in record["prompt"]
+        )
         assert record["prompt"].endswith("<|im_start|>assistant\n") and record["scored_by"] == "rule"
     summary = json.loads((out / "summary.json").read_text())
     assert list(summary["benchmarks"]) == list(PAPER_BENCHMARKS)
@@ -62,7 +64,10 @@ def test_all_seven_then_resume_then_refuse(tiny_model_dir, data_dir, tmp_path, m
     assert set(summary["benchmarks"]["mathverse"]["categories"]["problem_version"]) == {
         "Text Dominant", "Text Lite", "Vision Only"}  # fmt: skip
     markdown = (out / "summary.md").read_text()
-    assert "| Model / Dataset | Geo3K | MMK12 | HalluBench | MathVista | We-Math | MathVerse | MathVision | Avg. |" in markdown
+    assert (
+        "| Model / Dataset | Geo3K | MMK12 | HalluBench | MathVista | We-Math | MathVerse | MathVision | Avg. |"
+        in markdown
+    )
     assert markdown in capsys.readouterr().out
 
     # Interrupted: the last two MathVista records are lost and a third is half written
@@ -91,9 +96,15 @@ def test_all_seven_then_resume_then_refuse(tiny_model_dir, data_dir, tmp_path, m
         (["--model", "no/such/model-folder"], "--model no/such/model-folder: no such folder"),
         (["--model", "vepo-demo"], "Run `vepo-trl demo` first."),
         (["--data_dir", "NODIR"], "--data_dir NODIR: no such folder."),
-        (["--data_dir", "EMPTY"], "mathverse: AI4Math/MathVerse is not in the local Hugging Face cache and the Hub is offline; --data_dir"),
+        (
+            ["--data_dir", "EMPTY"],
+            "mathverse: AI4Math/MathVerse is not in the local Hugging Face cache and the Hub is offline; --data_dir",
+        ),
         (["--limit", "0"], "--limit must be at least 1"),
-        (["--benchmarks", "synthetic", "--judge_model", "gpt-4o-mini", "--judge_api_key_env", "NO_SUCH_KEY_VAR"], "needs an API key in $NO_SUCH_KEY_VAR"),
+        (
+            ["--benchmarks", "synthetic", "--judge_model", "gpt-4o-mini", "--judge_api_key_env", "NO_SUCH_KEY_VAR"],
+            "needs an API key in $NO_SUCH_KEY_VAR",
+        ),
     ],
 )
 def test_usage_errors_are_one_line_before_the_model(argv, message, tiny_model_dir, tmp_path, monkeypatch, capsys):

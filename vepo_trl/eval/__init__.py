@@ -8,7 +8,15 @@
 - `run`: the `vepo-trl eval` command
 """
 
-from .benchmarks import BENCHMARKS, PAPER_BENCHMARKS, Benchmark, EvalDataError, Example, get_benchmark, register_benchmark
+from .benchmarks import (
+    BENCHMARKS,
+    PAPER_BENCHMARKS,
+    Benchmark,
+    EvalDataError,
+    Example,
+    get_benchmark,
+    register_benchmark,
+)
 from .grading import rule_grade
 from .report import PAPER_TABLE1
 

@@ -112,7 +112,9 @@ class Benchmark:
         if _offline() and not _hub_cached(self.hub_id):
             folder = (self.folders or (self.name,))[0]
             where = (
-                f"--data_dir {data_dir} has no {folder}/ folder" if data_dir else f"pass --data_dir DIR with DIR/{folder}/"
+                f"--data_dir {data_dir} has no {folder}/ folder"
+                if data_dir
+                else f"pass --data_dir DIR with DIR/{folder}/"
             )
             raise EvalDataError(
                 f"{self.name}: {self.hub_id} is not in the local Hugging Face cache and the Hub is offline; "
@@ -208,7 +210,9 @@ def get_benchmark(name: str) -> Benchmark:
 
 
 def _offline() -> bool:
-    return any(os.environ.get(name, "").lower() in ("1", "true", "yes") for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(
+        os.environ.get(name, "").lower() in ("1", "true", "yes") for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
 
 
 def _hub_cached(repo_id: str) -> bool:
@@ -250,7 +254,9 @@ def _load_data_files(folder: Path, split: str, name: str) -> datasets.Dataset:
 def _is_split_file(relative: Path, split: str) -> bool:
     # "data/test-00000-of-00001.parquet", "testmini/testmini-0000.parquet", "image.jsonl"; not "non_image-0.parquet"
     stem = relative.name.split(".")[0]
-    return stem == split or stem.startswith(split + "-") or stem.startswith(split + "_") or split in relative.parts[:-1]
+    return (
+        stem == split or stem.startswith(split + "-") or stem.startswith(split + "_") or split in relative.parts[:-1]
+    )
 
 
 def _image_ref(value: Any, fallback: str) -> str:
@@ -349,7 +355,9 @@ class Geometry3K(Benchmark):
     required_columns: tuple[str, ...] = ("problem", "answer", "images")
 
     def local_layout(self) -> str:
-        return "Hub parquet files data/test-*.parquet, or NoisyRollout's eval_data test/<id>/{data.json,img_diagram.png}"
+        return (
+            "Hub parquet files data/test-*.parquet, or NoisyRollout's eval_data test/<id>/{data.json,img_diagram.png}"
+        )
 
     def load_local(self, folder: Path) -> Iterable[Mapping[str, Any]]:
         raw = sorted((folder / self.split).glob("*/data.json"), key=lambda p: (len(p.parent.name), p.parent.name))
@@ -517,7 +525,9 @@ class MathVision(Benchmark):
             id=_text(row["id"]),
             text=text,
             images=images,
-            image_refs=[_image_ref(row.get("image") or image, f"{self.split}[{index}].decoded_image")] if images else [],
+            image_refs=[_image_ref(row.get("image") or image, f"{self.split}[{index}].decoded_image")]
+            if images
+            else [],
             gold=_text(row["answer"]),
             choices=options or None,
             categories={"subject": _text(row.get("subject")) or "unknown"},
@@ -555,14 +565,18 @@ class MathVista(Benchmark):
         gold = answer
         if _text(row["question_type"]) == "multi_choice":
             if not choices or answer not in choices:
-                raise EvalDataError(f"mathvista pid {row['pid']}: multi_choice answer {answer!r} is not among {choices}.")
+                raise EvalDataError(
+                    f"mathvista pid {row['pid']}: multi_choice answer {answer!r} is not among {choices}."
+                )
             gold = LETTERS[choices.index(answer)]
         metadata = row.get("metadata") or {}
         return Example(
             id=_text(row["pid"]),
             text=IMAGE_PLACEHOLDER * len(images) + _text(row["query"]),
             images=images,
-            image_refs=[_image_ref(row.get("image") or image, f"{self.split}[{index}].decoded_image")] if images else [],
+            image_refs=[_image_ref(row.get("image") or image, f"{self.split}[{index}].decoded_image")]
+            if images
+            else [],
             gold=gold,
             choices=choices if gold != answer else None,
             categories={"task": _text(metadata.get("task")) or "unknown"},
@@ -741,10 +755,11 @@ def resolve_benchmarks(names: str | Sequence[str] | None) -> list[Benchmark]:
     parts = [part.strip() for name in names for part in name.split(",") if part.strip()]
     resolved: list[Benchmark] = []
     for part in parts:
-        for bench in [BENCHMARKS[n] for n in PAPER_BENCHMARKS] if part.lower() in ("all", "paper") else [get_benchmark(part)]:
+        for bench in (
+            [BENCHMARKS[n] for n in PAPER_BENCHMARKS] if part.lower() in ("all", "paper") else [get_benchmark(part)]
+        ):
             if bench not in resolved:
                 resolved.append(bench)
     if not resolved:
         raise ValueError(f"No benchmark named. Valid names are: {', '.join(BENCHMARKS)} (or all).")
     return resolved
-

@@ -83,7 +83,9 @@ class TransformersGenerator:
                 # The processor takes one image list per prompt; text-only prompts in a mixed batch go alone
                 completions += [c for t, i in zip(batch_texts, batch_images) for c in self.generate([t], [i])]
                 continue
-            inputs = self.processor(text=batch_texts, padding=True, return_tensors="pt", **kwargs).to(self.model.device)
+            inputs = self.processor(text=batch_texts, padding=True, return_tensors="pt", **kwargs).to(
+                self.model.device
+            )
             output = self.model.generate(
                 **inputs,
                 max_new_tokens=self.max_new_tokens,

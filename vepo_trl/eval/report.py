@@ -115,7 +115,7 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         lines += [
             "| Model / Dataset | " + " | ".join(titles) + " | Avg. |",
             "|---|" + "---:|" * (len(titles) + 1),
-            f"| **this run** | " + " | ".join(_cell(v) for v in summary["table"]["this_run"]) + " |",
+            "| **this run** | " + " | ".join(_cell(v) for v in summary["table"]["this_run"]) + " |",
         ]
         paper_model = summary["table"].get("paper_model")
         for method, values in summary["table"].get("paper", {}).items():
@@ -127,8 +127,11 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         if not paper_model:
             lines.append("No paper rows: the model name shows no 3B/7B size (pass --paper_model).")
         lines.append("")
-    lines += ["| Benchmark | Examples | Accuracy | Scored by | Rule | Judge | Agreement | Other |", "|---|---:|---:|---|---:|---:|---:|---|"]
-    for name, bench in benches.items():
+    lines += [
+        "| Benchmark | Examples | Accuracy | Scored by | Rule | Judge | Agreement | Other |",
+        "|---|---:|---:|---|---:|---:|---:|---|",
+    ]
+    for bench in benches.values():
         extra = ", ".join(f"{key} {bench[key]:.2f}" for key in ("aAcc", "qAcc", "fAcc") if bench.get(key) is not None)
         if bench.get("judge_errors"):
             extra = ", ".join(filter(None, [extra, f"{bench['judge_errors']} judge errors (graded by rule)"]))
@@ -139,7 +142,7 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
             f"{_cell(bench.get('judge_agreement'))} | {extra} |"
         )
     lines.append("")
-    for name, bench in benches.items():
+    for bench in benches.values():
         for field, groups in bench.get("categories", {}).items():
             cells = ", ".join(f"{value} {_cell(g['accuracy'])} ({g['examples']})" for value, g in groups.items())
             lines.append(f"- {bench['title']} by `{field}`: {cells}")

@@ -20,7 +20,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .benchmarks import BENCHMARKS, PAPER_BENCHMARKS, PROMPT_VERSION, Benchmark, EvalDataError, Example, resolve_benchmarks
+from .benchmarks import (
+    BENCHMARKS,
+    PAPER_BENCHMARKS,
+    PROMPT_VERSION,
+    Benchmark,
+    EvalDataError,
+    Example,
+    resolve_benchmarks,
+)
 
 
 logger = logging.getLogger(__name__)
@@ -58,8 +66,12 @@ def make_parser() -> argparse.ArgumentParser:
         help="Folder with local copies, one sub-folder per benchmark (Hub parquet layout or NoisyRollout's eval_data).",
     )
     data.add_argument("--limit", type=int, default=None, help="Evaluate only the first N examples of each benchmark.")
-    data.add_argument("--min_pixels", type=int, default=262_144, help="Images are resized to at least this many pixels.")
-    data.add_argument("--max_pixels", type=int, default=1_000_000, help="Images are resized to at most this many pixels.")
+    data.add_argument(
+        "--min_pixels", type=int, default=262_144, help="Images are resized to at least this many pixels."
+    )
+    data.add_argument(
+        "--max_pixels", type=int, default=1_000_000, help="Images are resized to at most this many pixels."
+    )
     gen = parser.add_argument_group("generation")
     gen.add_argument("--max_new_tokens", type=int, default=2048)
     gen.add_argument("--backend", choices=("auto", "vllm", "transformers"), default="auto",
@@ -87,7 +99,9 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def _offline() -> bool:
-    return any(os.environ.get(n, "").lower() in ("1", "true", "yes") for n in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(
+        os.environ.get(n, "").lower() in ("1", "true", "yes") for n in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
 
 
 def check_model(name: str, what: str = "--model") -> None:
@@ -288,7 +302,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         benches = resolve_benchmarks(args.benchmarks)
     except ValueError as err:
         raise EvalUsageError(str(err)) from None
-    for name, value in (("--limit", args.limit), ("--max_new_tokens", args.max_new_tokens), ("--batch_size", args.batch_size)):
+    for name, value in (
+        ("--limit", args.limit),
+        ("--max_new_tokens", args.max_new_tokens),
+        ("--batch_size", args.batch_size),
+    ):
         if value is not None and value < 1:
             raise EvalUsageError(f"{name} must be at least 1, got {value}.")
     check_model(args.model)

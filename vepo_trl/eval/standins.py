@@ -48,9 +48,18 @@ S = datasets.Value("string")
 def _geometry3k(root: Path, layout: str) -> None:
     rows = [
         ("<image>Find x.", "3", ["3", "5", "7", "9"], "A"),
-        ("<image>If $\\overline{B E} \\cong \\overline{E D}$ and $m \\widehat{E D}=120,$ find $m \\widehat{B E}$",
-         "120", ["60", "120", "180", "240"], "B"),  # fmt: skip
-        ("<image>Find the area of the circle. Round to the nearest tenth.", "12 \\pi", ["6 \\pi", "12 \\pi", "24", "36"], "B"),
+        (
+            "<image>If $\\overline{B E} \\cong \\overline{E D}$ and $m \\widehat{E D}=120,$ find $m \\widehat{B E}$",
+            "120",
+            ["60", "120", "180", "240"],
+            "B",
+        ),  # fmt: skip
+        (
+            "<image>Find the area of the circle. Round to the nearest tenth.",
+            "12 \\pi",
+            ["6 \\pi", "12 \\pi", "24", "36"],
+            "B",
+        ),
         ("<image>Find y.", "2 \\sqrt { 221 }", ["2 \\sqrt { 221 }", "17", "30", "40"], "A"),
     ]
     if layout == "noisyrollout":
@@ -58,12 +67,23 @@ def _geometry3k(root: Path, layout: str) -> None:
             folder = root / "geometry3k" / "test" / str(2401 + index)
             folder.mkdir(parents=True, exist_ok=True)
             _image(index).save(folder / "img_diagram.png")
-            item = {"id": 2401 + index, "annotat_text": problem.removeprefix("<image>"), "choices": choices, "answer": letter}
+            item = {
+                "id": 2401 + index,
+                "annotat_text": problem.removeprefix("<image>"),
+                "choices": choices,
+                "answer": letter,
+            }
             (folder / "data.json").write_text(json.dumps(item))
         return
     features = datasets.Features(
-        {"images": datasets.List(datasets.Image()), "problem": S, "answer": S, "id": datasets.Value("int64"),
-         "choices": datasets.List(S), "ground_truth": S}  # fmt: skip
+        {
+            "images": datasets.List(datasets.Image()),
+            "problem": S,
+            "answer": S,
+            "id": datasets.Value("int64"),
+            "choices": datasets.List(S),
+            "ground_truth": S,
+        }  # fmt: skip
     )
     data = {
         "images": [[_image(i)] for i in range(len(rows))],
@@ -73,14 +93,20 @@ def _geometry3k(root: Path, layout: str) -> None:
         "choices": [r[2] for r in rows],
         "ground_truth": [r[3] for r in rows],
     }
-    _write(datasets.Dataset.from_dict(data, features=features), root / "geometry3k" / "data" / "test-00000-of-00001.parquet")
+    _write(
+        datasets.Dataset.from_dict(data, features=features),
+        root / "geometry3k" / "data" / "test-00000-of-00001.parquet",
+    )
 
 
 def _mmk12(root: Path) -> None:
     features = datasets.Features({"id": S, "subject": S, "question": S, "answer": S, "image": datasets.Image()})
     data = {
-        "id": ["5f0c2a7e-0b1d-4c39-9a57-1f6f7d0b8a11", "a3e1c9d2-6b7f-4e0a-8c15-2d9b4f6e7a30",
-               "0d9c8b7a-1e2f-4a3b-9c8d-7e6f5a4b3c21"],  # fmt: skip
+        "id": [
+            "5f0c2a7e-0b1d-4c39-9a57-1f6f7d0b8a11",
+            "a3e1c9d2-6b7f-4e0a-8c15-2d9b4f6e7a30",
+            "0d9c8b7a-1e2f-4a3b-9c8d-7e6f5a4b3c21",
+        ],  # fmt: skip
         "subject": ["math", "physics", "biology"],
         "question": [
             "As shown in the figure, what is the measure of angle 1?\nA. 30°\nB. 45°\nC. 60°\nD. 90°",
@@ -91,7 +117,9 @@ def _mmk12(root: Path) -> None:
         "answer": ["B", "B", "A"],
         "image": [_image(10), _image(11), _image(12)],
     }
-    _write(datasets.Dataset.from_dict(data, features=features), root / "mmk12" / "data" / "test-00000-of-00001.parquet")
+    _write(
+        datasets.Dataset.from_dict(data, features=features), root / "mmk12" / "data" / "test-00000-of-00001.parquet"
+    )
 
 
 MATHVERSE_QUERY_COT = (
@@ -115,7 +143,11 @@ def _mathverse(root: Path, layout: str) -> None:
         "question_type": ["multi-choice", "multi-choice", "free-form"],
         "metadata": [{"split": "testmini", "source": "GeoQA", "subject": "Plane Geometry", "subfield": "Angle"}] * 3,
         "query_wo": ["...", "...", "..."],
-        "query_cot": [MATHVERSE_QUERY_COT, MATHVERSE_QUERY_COT.replace("it is known that angle A = 80.0, ", ""), free_cot],
+        "query_cot": [
+            MATHVERSE_QUERY_COT,
+            MATHVERSE_QUERY_COT.replace("it is known that angle A = 80.0, ", ""),
+            free_cot,
+        ],
         "question_for_eval": [
             "In triangle ABC, angle A = 80.0, angle B = 60.0, DE parallel BC; the size of angle CED is ()",
             "DE parallel BC; the size of angle CED is ()",
@@ -132,17 +164,31 @@ def _mathverse(root: Path, layout: str) -> None:
         (folder / "testmini.json").write_text(json.dumps(items))
         return
     features = datasets.Features(
-        {**{key: S for key in rows if key != "metadata"}, "image": datasets.Image(),
-         "metadata": {"split": S, "source": S, "subject": S, "subfield": S}}  # fmt: skip
+        {
+            **{key: S for key in rows if key != "metadata"},
+            "image": datasets.Image(),
+            "metadata": {"split": S, "source": S, "subject": S, "subfield": S},
+        }  # fmt: skip
     )
     data = {**rows, "image": [_image(20 + k) for k in range(3)]}
-    _write(datasets.Dataset.from_dict(data, features=features), folder / "testmini" / "testmini-00000-of-00001.parquet")
+    _write(
+        datasets.Dataset.from_dict(data, features=features), folder / "testmini" / "testmini-00000-of-00001.parquet"
+    )
 
 
 def _mathvision(root: Path) -> None:
     features = datasets.Features(
-        {"id": S, "question": S, "options": datasets.List(S), "image": S, "decoded_image": datasets.Image(),
-         "answer": S, "solution": S, "level": datasets.Value("int64"), "subject": S}  # fmt: skip
+        {
+            "id": S,
+            "question": S,
+            "options": datasets.List(S),
+            "image": S,
+            "decoded_image": datasets.Image(),
+            "answer": S,
+            "solution": S,
+            "level": datasets.Value("int64"),
+            "subject": S,
+        }  # fmt: skip
     )
     data = {
         "id": ["4", "39"],
@@ -159,7 +205,10 @@ def _mathvision(root: Path) -> None:
         "level": [1, 3],
         "subject": ["counting", "logic"],
     }
-    _write(datasets.Dataset.from_dict(data, features=features), root / "mathvision" / "data" / "test-00000-of-00001.parquet")
+    _write(
+        datasets.Dataset.from_dict(data, features=features),
+        root / "mathvision" / "data" / "test-00000-of-00001.parquet",
+    )
 
 
 MATHVISTA_QUERY_1 = (
@@ -173,9 +222,20 @@ def _mathvista(root: Path) -> None:
     metadata = {name: S for name in ("category", "context", "grade", "language", "source", "split", "task")}
     metadata.update(img_height=datasets.Value("int64"), img_width=datasets.Value("int64"), skills=datasets.List(S))
     features = datasets.Features(
-        {"pid": S, "question": S, "image": S, "decoded_image": datasets.Image(), "choices": datasets.List(S),
-         "unit": S, "precision": datasets.Value("float64"), "answer": S, "question_type": S, "answer_type": S,
-         "metadata": metadata, "query": S}  # fmt: skip
+        {
+            "pid": S,
+            "question": S,
+            "image": S,
+            "decoded_image": datasets.Image(),
+            "choices": datasets.List(S),
+            "unit": S,
+            "precision": datasets.Value("float64"),
+            "answer": S,
+            "question_type": S,
+            "answer_type": S,
+            "metadata": metadata,
+            "query": S,
+        }  # fmt: skip
     )
 
     def meta(task):
@@ -201,7 +261,10 @@ def _mathvista(root: Path) -> None:
             "Question: Which shape is larger?\nChoices:\n(A) circle\n(B) square",
         ],
     }
-    _write(datasets.Dataset.from_dict(data, features=features), root / "mathvista" / "data" / "testmini-00000-of-00001.parquet")
+    _write(
+        datasets.Dataset.from_dict(data, features=features),
+        root / "mathvista" / "data" / "testmini-00000-of-00001.parquet",
+    )
 
 
 WEMATH_ROW = {
@@ -275,7 +338,9 @@ def _hallusionbench(root: Path, layout: str) -> None:
         part = [row for row in rows if bool(row["filename"]) == keep]
         data = {key: [row[key] for row in part] for key in rows[0]}
         data["image"] = [_image(60 + k) if keep else None for k in range(len(part))]
-        _write(datasets.Dataset.from_dict(data, features=features), folder / "data" / f"{split}-00000-of-00001.parquet")
+        _write(
+            datasets.Dataset.from_dict(data, features=features), folder / "data" / f"{split}-00000-of-00001.parquet"
+        )
 
 
 def write_standins(root: str | Path, layout: str = "hub") -> Path:

@@ -109,20 +109,16 @@ def test_cli_lists_strategies_and_rejects_unknown_commands(capsys):
     assert error.value.code == 2 and "Unknown command 'trian'" in capsys.readouterr().err
 
 
-def test_evaluate_command_on_a_local_file(tiny_model_dir, tmp_path, capsys):
-    from vepo_trl.data import make_synthetic_dataset
-
-    data = tmp_path / "eval.parquet"
-    make_synthetic_dataset(3, seed=7).remove_columns("kind").to_parquet(str(data))
-    records = tmp_path / "records.jsonl"
+def test_evaluate_alias_runs_the_eval_command(tiny_model_dir, tmp_path, capsys):
+    output = tmp_path / "eval"
     cli_main(
-        ["evaluate", "--model", tiny_model_dir, "--dataset", str(data), "--split", "train", "--limit", "2",
-         "--max_new_tokens", "8", "--min_pixels", "3136", "--max_pixels", "50176", "--output", str(records)]
+        ["evaluate", "--model", tiny_model_dir, "--benchmarks", "synthetic", "--limit", "2", "--max_new_tokens", "8",
+         "--min_pixels", "3136", "--max_pixels", "50176", "--output_dir", str(output)]
     )  # fmt: skip
     out = capsys.readouterr().out
-    assert "2 rows: accuracy 0.000, format 0.000" in out  # a random model neither boxes nor answers
-    rows = [json.loads(line) for line in records.read_text().splitlines()]
-    assert len(rows) == 2 and {"answer", "completion", "accuracy", "format"} <= set(rows[0])
+    assert "| Synthetic | 2 / 2 | 0.00 | rule |" in out  # a random model neither boxes nor answers
+    rows = [json.loads(line) for line in (output / "synthetic.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and {"gold", "completion", "rule_correct"} <= set(rows[0])
 
 
 def test_console_script_is_installed():

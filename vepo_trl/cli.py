@@ -2,7 +2,7 @@
 
 vepo-trl demo                      train VEPO on a tiny model and synthetic data on the CPU (~35 s on 2 cores)
 vepo-trl train --config R.yaml     train from a recipe (any key can be overridden: --selection_ratio 0.3)
-vepo-trl evaluate --model M        greedy accuracy/format on a data set
+vepo-trl eval --model M            the paper's seven benchmarks, a Table-1 summary (alias: evaluate; --help)
 vepo-trl strategies                list the selection strategies and perturbations
 vepo-trl --version                 print the version
 
@@ -11,9 +11,7 @@ Run `vepo-trl <command> --help` for a command's options.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import sys
 import time
 import warnings
@@ -139,39 +137,9 @@ def _demo(argv: list[str]):
 
 
 def _evaluate(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="vepo-trl evaluate", description="Greedy evaluation on a data set.")
-    parser.add_argument("--model", required=True, help="Model path or Hub id.")
-    parser.add_argument("--dataset", default="geometry3k", help="geometry3k, k12, mmk12, a local file, ...")
-    parser.add_argument("--split", default="test")
-    parser.add_argument("--limit", type=int, default=None, help="Evaluate only the first N rows.")
-    parser.add_argument("--max_new_tokens", type=int, default=2048)
-    parser.add_argument("--batch_size", type=int, default=8)
-    parser.add_argument("--min_pixels", type=int, default=262_144)
-    parser.add_argument("--max_pixels", type=int, default=1_000_000)
-    parser.add_argument("--output", default=None, help="Write per-row records as JSONL here.")
-    args = parser.parse_args(argv)
+    from .eval.run import main
 
-    from .data import load_vepo_dataset
-    from .evaluation import evaluate, load_for_evaluation
-    from .train import UsageError, check_model_name, dataset_name_problem, is_known_dataset, resolve_model_name
-
-    try:
-        check_model_name(args.model)
-    except UsageError as error:
-        _fail("evaluate", str(error))
-    if not is_known_dataset(args.dataset):
-        _fail("evaluate", f"--dataset {args.dataset!r}: {dataset_name_problem(args.dataset)}")
-
-    dataset = load_vepo_dataset(args.dataset, args.split, min_pixels=args.min_pixels, max_pixels=args.max_pixels)
-    model, processor = load_for_evaluation(resolve_model_name(args.model))
-    result = evaluate(
-        model, processor, dataset, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, limit=args.limit
-    )
-    print(result)
-    if args.output:
-        with open(args.output, "w") as f:
-            for record in result.records:
-                f.write(json.dumps(record) + "\n")
+    main(argv)
 
 
 def _strategies(argv: list[str]) -> None:
@@ -187,7 +155,7 @@ def _strategies(argv: list[str]) -> None:
         print(f"  {name:<22}{(fn.__doc__ or '').strip().splitlines()[0]}")
 
 
-COMMANDS = {"train": _train, "demo": _demo, "evaluate": _evaluate, "strategies": _strategies}
+COMMANDS = {"train": _train, "demo": _demo, "eval": _evaluate, "evaluate": _evaluate, "strategies": _strategies}
 
 
 def main(argv: list[str] | None = None) -> None:

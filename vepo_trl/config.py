@@ -177,7 +177,8 @@ class VEPOConfig(GRPOConfig):
         # Types first: YAML and Python callers bypass argparse's conversion, so `noise_step: 500.7` arrives as a float
         self.noise_step = _whole_number("noise_step", self.noise_step)
         self.noise_annealing_midpoint = _whole_number("noise_annealing_midpoint", self.noise_annealing_midpoint)
-        self.scoring_tile_size = _whole_number("scoring_tile_size", self.scoring_tile_size)
+        if self.scoring_tile_size is not None:  # unset: chosen from the device's free memory
+            self.scoring_tile_size = _whole_number("scoring_tile_size", self.scoring_tile_size)
         if self.perturbation_seed is not None:
             self.perturbation_seed = _whole_number("perturbation_seed", self.perturbation_seed)
         for name in (

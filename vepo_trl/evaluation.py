@@ -1,7 +1,9 @@
 """Greedy evaluation of a vision-language model on rows in vepo_trl's format (`prompt`, `images`, `answer`).
 
 The paper evaluates with greedy decoding and up to 2048 new tokens, grading Geometry3K by rule (the `accuracy`
-reward here). Benchmarks the paper grades with an LLM judge are not reproduced by this rule-based score.
+reward here). This module scores rows already in vepo_trl's training format with the reward functions (the notebook
+uses it); the paper's seven benchmarks, with their own prompts, the LLM judge and a Table-1 summary, are in
+`vepo_trl.eval` (`vepo-trl eval`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,34 @@
+"""Evaluation like the paper: the seven benchmarks of Table 1, rule and LLM-judge grading, a Table-1 summary.
+
+- `benchmarks`: one registered adapter per benchmark (data, prompt, gold mapping, sub-categories)
+- `grading`: the rule grader (last `\\boxed{}`, math-verify, option letter or text, yes/no)
+- `judge`: an LLM judge through any OpenAI-compatible endpoint
+- `generate`: greedy generation with vLLM or transformers
+- `report`: the summary and the paper's Table 1
+- `run`: the `vepo-trl eval` command
+"""
+
+from .benchmarks import (
+    BENCHMARKS,
+    PAPER_BENCHMARKS,
+    Benchmark,
+    EvalDataError,
+    Example,
+    get_benchmark,
+    register_benchmark,
+)
+from .grading import rule_grade
+from .report import PAPER_TABLE1
+
+
+__all__ = [
+    "BENCHMARKS",
+    "PAPER_BENCHMARKS",
+    "PAPER_TABLE1",
+    "Benchmark",
+    "EvalDataError",
+    "Example",
+    "get_benchmark",
+    "register_benchmark",
+    "rule_grade",
+]

@@ -1,0 +1,765 @@
+"""The paper's seven evaluation benchmarks (and a synthetic one for offline trials), one registered adapter each.
+
+An adapter knows where its data set lives (Hub id, config, split; or a local copy under `--data_dir`), how the
+published protocol prompts it (NoisyRollout's `eval/`, which the VEPO release reuses), how the gold answer maps to
+what a completion is graded against (a choice letter, a value, yes/no), and which sub-categories it reports.
+Schemas and protocols are documented per benchmark in `BENCHMARKS.md` of the project notes; the comments below cite
+the facts each adapter relies on.
+
+    from vepo_trl.eval import get_benchmark
+
+    bench = get_benchmark("mathvista")
+    examples = bench.load_examples(data_dir=None)  # Hub: AI4Math/MathVista, split testmini
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import re
+import sys
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+from ..data.loaders import IMAGE_PLACEHOLDER, _without_decoding
+
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "BENCHMARKS",
+    "PAPER_BENCHMARKS",
+    "Benchmark",
+    "EvalDataError",
+    "Example",
+    "get_benchmark",
+    "register_benchmark",
+]
+
+# Bump when a prompt or gold mapping changes: a results folder written under another version is refused on resume.
+PROMPT_VERSION = 1
+
+
+class EvalDataError(ValueError):
+    """A benchmark's data cannot be found or read; the message says which data set and how to point at a copy."""
+
+
+@dataclass
+class Example:
+    """One evaluation item, ready to prompt and grade.
+
+    `text` is the user turn: `<image>` marks where an image goes (images come first when there is no mark).
+    `gold` is what a rule grader compares with (an option letter, a value or "yes"/"no"); `choices` are the option
+    texts in letter order when the item is multiple choice, so that an answer naming the option's text also counts.
+    """
+
+    id: str
+    text: str
+    images: list[Any]
+    image_refs: list[str]
+    gold: str
+    choices: list[str] | None = None
+    categories: dict[str, str] = field(default_factory=dict)
+    judge_question: str | None = None
+    # Grouping keys some metrics need (HallusionBench qAcc / fAcc)
+    groups: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Benchmark:
+    """Base adapter: subclasses set the class attributes and implement `to_example`."""
+
+    name: str = ""
+    title: str = ""  # column header of the paper's Table 1
+    hub_id: str | None = None
+    hub_config: str | None = None
+    split: str = "test"
+    judged_in_paper: bool = False  # the paper graded it with gpt-4o-mini
+    in_paper_table: bool = True
+    folders: tuple[str, ...] = ()  # folder names accepted under --data_dir
+    category_fields: tuple[str, ...] = ()
+    description: str = ""
+
+    # -- data --------------------------------------------------------------------------------------------------------
+
+    def source(self, data_dir: str | os.PathLike | None) -> str:
+        """Where the rows come from, as recorded in the results manifest."""
+        folder = self.local_folder(data_dir)
+        if folder is not None:
+            return str(folder.resolve())
+        return f"{self.hub_id}" + (f" ({self.hub_config})" if self.hub_config else "") + f" @{self.split}"
+
+    def local_folder(self, data_dir: str | os.PathLike | None) -> Path | None:
+        if data_dir is None:
+            return None
+        for name in self.folders or (self.name,):
+            candidate = Path(data_dir).expanduser() / name
+            if candidate.is_dir():
+                return candidate
+        return None
+
+    def check_available(self, data_dir: str | os.PathLike | None) -> None:
+        """Raise `EvalDataError` early when the rows cannot come from anywhere (no local copy, and offline)."""
+        if self.hub_id is None or self.local_folder(data_dir) is not None:
+            return
+        if _offline() and not _hub_cached(self.hub_id):
+            folder = (self.folders or (self.name,))[0]
+            where = (
+                f"--data_dir {data_dir} has no {folder}/ folder"
+                if data_dir
+                else f"pass --data_dir DIR with DIR/{folder}/"
+            )
+            raise EvalDataError(
+                f"{self.name}: {self.hub_id} is not in the local Hugging Face cache and the Hub is offline; "
+                f"{where} ({self.local_layout()})."
+            )
+
+    def local_layout(self) -> str:
+        return f"parquet files of split {self.split!r} as on the Hub"
+
+    def load_rows(self, data_dir: str | os.PathLike | None) -> tuple[Iterable[Mapping[str, Any]], Path | None]:
+        """The raw rows and the folder relative image paths resolve against."""
+        folder = self.local_folder(data_dir)
+        if folder is not None:
+            return self.load_local(folder), folder
+        self.check_available(data_dir)
+        try:
+            dataset = datasets.load_dataset(self.hub_id, self.hub_config, split=self.split)
+        except Exception as err:
+            raise EvalDataError(
+                f"{self.name}: cannot load {self.hub_id} split {self.split!r} ({type(err).__name__}: "
+                f"{str(err).splitlines()[0] if str(err) else ''}); pass --data_dir DIR with a local copy in "
+                f"DIR/{(self.folders or (self.name,))[0]}/ ({self.local_layout()})."
+            ) from err
+        return _undecoded(dataset), None
+
+    def load_local(self, folder: Path) -> Iterable[Mapping[str, Any]]:
+        """A local copy in the Hub's layout: parquet (or JSON) data files of the split, or `save_to_disk` output."""
+        return _load_data_files(folder, self.split, self.name)
+
+    def load_examples(self, data_dir: str | os.PathLike | None = None, limit: int | None = None) -> list[Example]:
+        rows, base_dir = self.load_rows(data_dir)
+        examples: list[Example] = []
+        checked = False
+        for index, row in enumerate(rows):
+            if not checked:
+                self.check_columns(row)
+                checked = True
+            example = self.to_example(row, index, base_dir)
+            if example is None:  # left out by the protocol (e.g. HallusionBench questions without a figure)
+                continue
+            examples.append(example)
+            if limit is not None and len(examples) >= limit:
+                break
+        if not examples:
+            raise EvalDataError(f"{self.name}: no usable rows in {self.source(data_dir)}.")
+        return _unique_ids(examples, self.name)
+
+    # -- adapter -----------------------------------------------------------------------------------------------------
+
+    required_columns: tuple[str, ...] = ()
+
+    def check_columns(self, row: Mapping[str, Any]) -> None:
+        missing = [column for column in self.required_columns if column not in row]
+        if missing:
+            raise EvalDataError(
+                f"{self.name}: the data has no column(s) {missing}; found {sorted(row)}. "
+                f"Expected the schema of {self.hub_id}."
+            )
+
+    def to_example(self, row: Mapping[str, Any], index: int, base_dir: Path | None) -> Example | None:
+        raise NotImplementedError
+
+    def extra_metrics(self, records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+        """Benchmark-specific metrics over graded records (fractions in [0, 1])."""
+        return {}
+
+
+BENCHMARKS: dict[str, Benchmark] = {}
+# The columns of the paper's Table 1, in its order
+PAPER_BENCHMARKS = ("geometry3k", "mmk12", "hallusionbench", "mathvista", "wemath", "mathverse", "mathvision")
+
+
+def register_benchmark(cls: type[Benchmark]) -> type[Benchmark]:
+    """Class decorator: register one instance under `cls.name`; a name registered twice is an error."""
+    instance = cls()
+    if instance.name in BENCHMARKS:
+        raise ValueError(f"A benchmark is already registered under the name {instance.name!r}.")
+    BENCHMARKS[instance.name] = instance
+    return cls
+
+
+def get_benchmark(name: str) -> Benchmark:
+    key = name.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in BENCHMARKS:
+        raise ValueError(f"Unknown benchmark {name!r}. Valid names are: {', '.join(BENCHMARKS)}.")
+    return BENCHMARKS[key]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Helpers
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _offline() -> bool:
+    return any(
+        os.environ.get(name, "").lower() in ("1", "true", "yes") for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
+
+
+def _hub_cached(repo_id: str) -> bool:
+    """Whether `load_dataset(repo_id)` can work offline: the repo is in the Hub cache or the datasets cache."""
+    try:
+        from huggingface_hub import scan_cache_dir
+
+        if any(repo.repo_id == repo_id and repo.repo_type == "dataset" for repo in scan_cache_dir().repos):
+            return True
+    except Exception:
+        pass
+    cache = Path(datasets.config.HF_DATASETS_CACHE)
+    return (cache / repo_id.replace("/", "___")).is_dir()
+
+
+def _undecoded(dataset: datasets.Dataset) -> datasets.Dataset:
+    # Images stay bytes until an example is prompted; corrupt bytes then fail on that row only
+    for name, feature in dataset.features.items():
+        plain = _without_decoding(feature)
+        if plain != feature:
+            dataset = dataset.cast_column(name, plain)
+    return dataset
+
+
+def _load_data_files(folder: Path, split: str, name: str) -> datasets.Dataset:
+    if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():
+        loaded = datasets.load_from_disk(str(folder))
+        return _undecoded(loaded[split] if isinstance(loaded, datasets.DatasetDict) else loaded)
+    for suffix, builder in ((".parquet", "parquet"), (".jsonl", "json"), (".json", "json")):
+        files = sorted(p for p in folder.rglob(f"*{suffix}") if _is_split_file(p.relative_to(folder), split))
+        if files:
+            loaded = datasets.load_dataset(builder, data_files=[str(p) for p in files], split="train")
+            return _undecoded(loaded)
+    raise EvalDataError(
+        f"{name}: {folder} holds no parquet/JSON data files of split {split!r} (file names must contain the split)."
+    )
+
+
+def _is_split_file(relative: Path, split: str) -> bool:
+    # "data/test-00000-of-00001.parquet", "testmini/testmini-0000.parquet", "image.jsonl"; not "non_image-0.parquet"
+    stem = relative.name.split(".")[0]
+    return (
+        stem == split or stem.startswith(split + "-") or stem.startswith(split + "_") or split in relative.parts[:-1]
+    )
+
+
+def _image_ref(value: Any, fallback: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and value.get("path"):
+        return str(value["path"])
+    return fallback
+
+
+def _as_list(value: Any) -> list:
+    if value is None:
+        return []
+    if isinstance(value, list | tuple):
+        return list(value)
+    return [value]
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value).strip()
+
+
+def _resolve_path(path: str, candidates: Sequence[Path]) -> str:
+    path = path.removeprefix("./")
+    for base in candidates:
+        if (base / path).is_file():
+            return str(base / path)
+    return str(candidates[0] / path)
+
+
+def _unique_ids(examples: list[Example], name: str) -> list[Example]:
+    # Resume keys on the id: a duplicate would be skipped as "done"; make repeats distinct and say so
+    counts = Counter(example.id for example in examples)
+    repeated = [key for key, count in counts.items() if count > 1]
+    if repeated:
+        logger.warning("%s: %d ids repeat (e.g. %r); repeats get a #n suffix", name, len(repeated), repeated[0])
+        seen: Counter = Counter()
+        for example in examples:
+            if counts[example.id] > 1:
+                seen[example.id] += 1
+                example.id = f"{example.id}#{seen[example.id]}"
+    return examples
+
+
+LETTERS = "ABCDEFGHIJ"
+# Inline options: "A. 40°", "(B) 60", "C: 120" at the start of a line
+_INLINE_OPTION = re.compile(r"^\s*\(?([A-J])[).:：]\s*(.+?)\s*$", re.MULTILINE)
+
+
+def parse_inline_options(text: str) -> list[str] | None:
+    """Option texts written as lines "A. ..." / "A: ..." / "(A) ..." in a question, if they run A, B, C, ..."""
+    found = _INLINE_OPTION.findall(text)
+    # The options are the last run that starts at "A"
+    for start in range(len(found) - 1, -1, -1):
+        if found[start][0] == "A":
+            run = found[start:]
+            letters = "".join(letter for letter, _ in run)
+            if LETTERS.startswith(letters) and len(run) >= 2:
+                return [option for _, option in run]
+    return None
+
+
+_NUMBERED_IMAGE = re.compile(r"<image\d*>")
+
+
+def numbered_placeholders_to_image(text: str, num_images: int) -> str:
+    """MathVision writes `<image1>`, `<image2>`: mark them `<image>` when they match the images, else drop them."""
+    marks = _NUMBERED_IMAGE.findall(text)
+    if marks and len(marks) == num_images:
+        return _NUMBERED_IMAGE.sub(IMAGE_PLACEHOLDER, text)
+    return _NUMBERED_IMAGE.sub("", text).strip()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Adapters
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@register_benchmark
+@dataclass
+class Geometry3K(Benchmark):
+    """hiyouga/geometry3k test (601): `<image>` + InterGPS text; the gold is the correct choice's text, not its letter.
+
+    The prompt is the problem alone, without the choices (NoisyRollout's geo3k loader), so the answer is a value.
+    """
+
+    name: str = "geometry3k"
+    title: str = "Geo3K"
+    hub_id: str = "hiyouga/geometry3k"
+    split: str = "test"
+    folders: tuple[str, ...] = ("geometry3k", "geo3k")
+    required_columns: tuple[str, ...] = ("problem", "answer", "images")
+
+    def local_layout(self) -> str:
+        return (
+            "Hub parquet files data/test-*.parquet, or NoisyRollout's eval_data test/<id>/{data.json,img_diagram.png}"
+        )
+
+    def load_local(self, folder: Path) -> Iterable[Mapping[str, Any]]:
+        raw = sorted((folder / self.split).glob("*/data.json"), key=lambda p: (len(p.parent.name), p.parent.name))
+        if not raw:
+            return super().load_local(folder)
+        rows = []
+        for path in raw:
+            # Raw InterGPS: the answer is a letter into `choices`
+            item = json.loads(path.read_text())
+            letter = _text(item.get("answer"))
+            choices = [_text(choice) for choice in item.get("choices", [])]
+            if letter not in LETTERS[: len(choices)]:
+                raise EvalDataError(f"geometry3k: {path} has answer {letter!r}, not a letter into its choices.")
+            rows.append(
+                {
+                    "id": _text(item.get("id", path.parent.name)),
+                    "problem": IMAGE_PLACEHOLDER + _text(item["annotat_text"]),
+                    "answer": choices[LETTERS.index(letter)],
+                    "images": [str(path.parent / "img_diagram.png")],
+                    "choices": choices,
+                }
+            )
+        return rows
+
+    def to_example(self, row, index, base_dir):
+        images = _as_list(row["images"])
+        text = _text(row["problem"])
+        if IMAGE_PLACEHOLDER not in text:
+            text = IMAGE_PLACEHOLDER * len(images) + text
+        return Example(
+            id=_text(row.get("id", index)) or str(index),
+            text=text,
+            images=images,
+            image_refs=[_image_ref(image, f"{self.split}[{index}].images[{k}]") for k, image in enumerate(images)],
+            gold=_text(row["answer"]),
+        )
+
+
+@register_benchmark
+@dataclass
+class MMK12(Benchmark):
+    """FanqingM/MMK12 test (2,000 multiple-choice items): options inline as "A. ..." lines, the gold is the letter."""
+
+    name: str = "mmk12"
+    title: str = "MMK12"
+    hub_id: str = "FanqingM/MMK12"
+    split: str = "test"
+    folders: tuple[str, ...] = ("mmk12", "MMK12")
+    category_fields: tuple[str, ...] = ("subject",)
+    required_columns: tuple[str, ...] = ("question", "answer", "image")
+
+    def to_example(self, row, index, base_dir):
+        text = _text(row["question"])
+        images = _as_list(row["image"])
+        if IMAGE_PLACEHOLDER not in text:
+            text = IMAGE_PLACEHOLDER * len(images) + text
+        return Example(
+            id=_text(row.get("id")) or str(index),
+            text=text,
+            images=images,
+            image_refs=[_image_ref(image, f"{self.split}[{index}].image") for image in images],
+            gold=_text(row["answer"]),
+            choices=parse_inline_options(text),
+            categories={"subject": _text(row.get("subject")) or "unknown"},
+        )
+
+
+@register_benchmark
+@dataclass
+class MathVerse(Benchmark):
+    """AI4Math/MathVerse testmini (3,940 = 788 problems x 5 versions), prompted with `query_cot`.
+
+    The judge sees `question_for_eval`; sub-accuracy by `problem_version`.
+    """
+
+    name: str = "mathverse"
+    title: str = "MathVerse"
+    hub_id: str = "AI4Math/MathVerse"
+    hub_config: str = "testmini"
+    split: str = "testmini"
+    judged_in_paper: bool = True
+    category_fields: tuple[str, ...] = ("problem_version",)
+    required_columns: tuple[str, ...] = ("sample_index", "problem_version", "image", "answer", "query_cot")
+
+    def local_layout(self) -> str:
+        return "Hub parquet files, or NoisyRollout's eval_data testmini.json + images/<image>"
+
+    def load_local(self, folder: Path) -> Iterable[Mapping[str, Any]]:
+        if (folder / "testmini.json").is_file():
+            return json.loads((folder / "testmini.json").read_text())
+        return super().load_local(folder)
+
+    def to_example(self, row, index, base_dir):
+        image = row["image"]
+        if isinstance(image, str) and base_dir is not None:
+            image = _resolve_path(image, [base_dir / "images", base_dir])
+        images = [image] if image not in (None, "") else []
+        answer = _text(row["answer"])
+        query = _text(row["query_cot"])
+        multi_choice = _text(row.get("question_type")) == "multi-choice"
+        return Example(
+            id=_text(row["sample_index"]),
+            text=IMAGE_PLACEHOLDER * len(images) + query,
+            images=images,
+            image_refs=[_image_ref(row["image"], f"{self.split}[{index}].image")] if images else [],
+            gold=answer,
+            choices=parse_inline_options(query) if multi_choice else None,
+            categories={"problem_version": _text(row["problem_version"])},
+            judge_question=_text(row.get("question_for_eval")) or _text(row.get("question")) or query,
+        )
+
+
+@register_benchmark
+@dataclass
+class MathVision(Benchmark):
+    """MathLLMs/MathVision test (3,040): `<image1>` marks the figure; options, when present, are appended as lines.
+
+    The gold is the letter when `options` is non-empty, else the value. Sub-accuracy by `subject`.
+    """
+
+    name: str = "mathvision"
+    title: str = "MathVision"
+    hub_id: str = "MathLLMs/MathVision"
+    split: str = "test"
+    judged_in_paper: bool = True
+    category_fields: tuple[str, ...] = ("subject",)
+    required_columns: tuple[str, ...] = ("question", "answer")
+
+    def local_layout(self) -> str:
+        return "Hub parquet files data/test-*.parquet, or NoisyRollout's eval_data MathVision.tsv + images/<index>.jpg"
+
+    def load_local(self, folder: Path) -> Iterable[Mapping[str, Any]]:
+        tsv = folder / "MathVision.tsv"
+        if not tsv.is_file():
+            return super().load_local(folder)
+        csv.field_size_limit(sys.maxsize)  # VLMEvalKit TSVs can hold base64 images
+        with open(tsv, newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f, delimiter="\t"))
+        return [
+            {
+                "id": row["index"],
+                "question": row["question"],
+                "answer": row["answer"],
+                "options": [],
+                "decoded_image": str(folder / "images" / f"{row['index']}.jpg"),
+                "subject": row.get("category", ""),
+            }
+            for row in rows
+        ]
+
+    def to_example(self, row, index, base_dir):
+        image = row.get("decoded_image")
+        if image is None:
+            image = row.get("image")
+            if isinstance(image, str) and base_dir is not None:
+                image = _resolve_path(image, [base_dir, base_dir / "images"])
+        images = [image] if image not in (None, "") else []
+        options = [_text(option) for option in _as_list(row.get("options"))]
+        text = numbered_placeholders_to_image(_text(row["question"]), len(images))
+        if IMAGE_PLACEHOLDER not in text:
+            text = IMAGE_PLACEHOLDER * len(images) + text
+        if options:
+            text += "\nChoices:\n" + "\n".join(f"{LETTERS[k]}. {option}" for k, option in enumerate(options))
+        return Example(
+            id=_text(row["id"]),
+            text=text,
+            images=images,
+            image_refs=[_image_ref(row.get("image") or image, f"{self.split}[{index}].decoded_image")]
+            if images
+            else [],
+            gold=_text(row["answer"]),
+            choices=options or None,
+            categories={"subject": _text(row.get("subject")) or "unknown"},
+            judge_question=text.replace(IMAGE_PLACEHOLDER, ""),
+        )
+
+
+@register_benchmark
+@dataclass
+class MathVista(Benchmark):
+    """AI4Math/MathVista testmini (1,000), prompted with `query`.
+
+    Multiple-choice golds are choice texts on the Hub; they become letters (`choices.index(answer)`), as in
+    NoisyRollout, and the choice text counts too. Sub-accuracy by `metadata.task`.
+    """
+
+    name: str = "mathvista"
+    title: str = "MathVista"
+    hub_id: str = "AI4Math/MathVista"
+    split: str = "testmini"
+    judged_in_paper: bool = True
+    category_fields: tuple[str, ...] = ("task",)
+    required_columns: tuple[str, ...] = ("pid", "query", "answer", "question_type")
+
+    def local_layout(self) -> str:
+        return "Hub parquet files data/testmini-*.parquet (NoisyRollout's eval_data has only images/ for MathVista)"
+
+    def to_example(self, row, index, base_dir):
+        image = row.get("decoded_image")
+        if image is None and isinstance(row.get("image"), str) and base_dir is not None:
+            image = _resolve_path(row["image"], [base_dir, base_dir / "images"])
+        images = [image] if image not in (None, "") else []
+        answer = _text(row["answer"])
+        choices = [_text(choice) for choice in _as_list(row.get("choices"))] or None
+        gold = answer
+        if _text(row["question_type"]) == "multi_choice":
+            if not choices or answer not in choices:
+                raise EvalDataError(
+                    f"mathvista pid {row['pid']}: multi_choice answer {answer!r} is not among {choices}."
+                )
+            gold = LETTERS[choices.index(answer)]
+        metadata = row.get("metadata") or {}
+        return Example(
+            id=_text(row["pid"]),
+            text=IMAGE_PLACEHOLDER * len(images) + _text(row["query"]),
+            images=images,
+            image_refs=[_image_ref(row.get("image") or image, f"{self.split}[{index}].decoded_image")]
+            if images
+            else [],
+            gold=gold,
+            choices=choices if gold != answer else None,
+            categories={"task": _text(metadata.get("task")) or "unknown"},
+            judge_question=_text(row.get("question")) or _text(row["query"]),
+        )
+
+
+def wemath_steps(key: str) -> str:
+    """We-Math's step level of a row from its `key`: 2steps_1 -> "one-step", 2steps_multi -> "two-step"."""
+    if key.endswith("_multi"):
+        return {"2steps": "two-step", "3steps": "three-step"}.get(key.split("_")[0], key)
+    return "one-step"
+
+
+@register_benchmark
+@dataclass
+class WeMath(Benchmark):
+    """We-Math/We-Math testmini (1,740 rows): `question + "\\n\\nOptions: " + option`, the gold is a letter.
+
+    Ids are `ID@key` as in NoisyRollout; accuracy by step level (one-step sub-problems, two- and three-step
+    composites).
+    """
+
+    name: str = "wemath"
+    title: str = "We-Math"
+    hub_id: str = "We-Math/We-Math"
+    split: str = "testmini"
+    judged_in_paper: bool = True
+    folders: tuple[str, ...] = ("wemath", "We-Math")
+    category_fields: tuple[str, ...] = ("steps",)
+    required_columns: tuple[str, ...] = ("ID", "question", "option", "answer", "image_path", "key")
+
+    def local_layout(self) -> str:
+        return "Hub parquet files, or NoisyRollout's eval_data testmini.json + images/<image_path>"
+
+    def load_local(self, folder: Path) -> Iterable[Mapping[str, Any]]:
+        if (folder / "testmini.json").is_file():
+            return json.loads((folder / "testmini.json").read_text())
+        return super().load_local(folder)
+
+    def to_example(self, row, index, base_dir):
+        image = row["image_path"]
+        ref = _image_ref(image, f"{self.split}[{index}].image_path")
+        if isinstance(image, str) and base_dir is not None:
+            image = _resolve_path(image, [base_dir / "images", base_dir])
+        option = _text(row["option"])
+        key = _text(row["key"])
+        choices = [re.sub(r"^[A-J]\.\s*", "", part.strip()) for part in option.split(";") if part.strip()]
+        return Example(
+            id=f"{_text(row['ID'])}@{key}",
+            text=IMAGE_PLACEHOLDER + _text(row["question"]) + "\n\nOptions: " + option,
+            images=[image],
+            image_refs=[ref],
+            gold=_text(row["answer"]),
+            choices=choices or None,
+            categories={"steps": wemath_steps(key)},
+        )
+
+
+HALLUSION_SUFFIX = "? You final answer can only be \\boxed{yes} or \\boxed{no}."
+
+
+@register_benchmark
+@dataclass
+class HallusionBench(Benchmark):
+    """HallusionBench (lmms-lab/HallusionBench split `image`: the 951 questions with a figure).
+
+    NoisyRollout's prompt: the question up to its first "?", then `HALLUSION_SUFFIX` (typo included, verbatim). Gold
+    "yes" when `gt_answer` is "1". Reports aAcc (the headline), qAcc and fAcc, and accuracy by `subcategory`.
+    """
+
+    name: str = "hallusionbench"
+    title: str = "HalluBench"
+    hub_id: str = "lmms-lab/HallusionBench"
+    split: str = "image"
+    folders: tuple[str, ...] = ("hallusionbench", "hallubench", "HallusionBench")
+    category_fields: tuple[str, ...] = ("subcategory",)
+    required_columns: tuple[str, ...] = ("category", "subcategory", "set_id", "figure_id", "question_id",
+                                         "question", "gt_answer")  # fmt: skip
+
+    def local_layout(self) -> str:
+        return "Hub parquet files data/image-*.parquet, or the official HallusionBench.json + images/<filename>"
+
+    def load_local(self, folder: Path) -> Iterable[Mapping[str, Any]]:
+        if (folder / "HallusionBench.json").is_file():
+            return json.loads((folder / "HallusionBench.json").read_text())
+        return super().load_local(folder)
+
+    def to_example(self, row, index, base_dir):
+        image = row.get("image")
+        filename = row.get("filename")  # absent or null on rows without a figure (official JSON)
+        if image is None:
+            if not filename:
+                return None  # no figure: left out, as NoisyRollout does
+            image = _resolve_path(filename, [base_dir / "images", base_dir] if base_dir else [Path(".")])
+        question = _text(row["question"])
+        gold = {"1": "yes", "0": "no"}.get(_text(row["gt_answer"]))
+        if gold is None:
+            raise EvalDataError(f"hallusionbench row {index}: gt_answer {row['gt_answer']!r} is neither '1' nor '0'.")
+        category, subcategory, set_id = _text(row["category"]), _text(row["subcategory"]), _text(row["set_id"])
+        figure_id, question_id = _text(row["figure_id"]), _text(row["question_id"])
+        return Example(
+            id=f"{category}/{subcategory}/{set_id}/{figure_id}/{question_id}",
+            text=IMAGE_PLACEHOLDER + question.split("?")[0] + HALLUSION_SUFFIX,
+            images=[image],
+            image_refs=[_image_ref(filename or image, f"{self.split}[{index}].image")],
+            gold=gold,
+            categories={"subcategory": subcategory},
+            groups={
+                "question": f"{category}/{subcategory}/{set_id}/{question_id}",
+                "figure": f"{category}/{subcategory}/{set_id}/{figure_id}",
+            },
+        )
+
+    def extra_metrics(self, records):
+        """aAcc: per question; qAcc: all figures of a question right; fAcc: all questions of a figure right."""
+
+        def all_right(key: str) -> float:
+            groups: dict[str, bool] = {}
+            for record in records:
+                group = record["groups"][key]
+                groups[group] = groups.get(group, True) and bool(record["correct"])
+            return sum(groups.values()) / len(groups) if groups else float("nan")
+
+        if not records:
+            return {}
+        return {
+            "aAcc": sum(bool(r["correct"]) for r in records) / len(records),
+            "qAcc": all_right("question"),
+            "fAcc": all_right("figure"),
+        }
+
+
+@register_benchmark
+@dataclass
+class Synthetic(Benchmark):
+    """Generated visual-reasoning rows (counting, reading numbers, bars, programs): an offline trial, not a result."""
+
+    name: str = "synthetic"
+    title: str = "Synthetic"
+    in_paper_table: bool = False
+    split: str = "test"
+    category_fields: tuple[str, ...] = ("kind",)
+    num_rows: int = 32
+    seed: int = 20_260_000  # away from the training demo's seeds
+
+    def source(self, data_dir):
+        return f"vepo_trl.data.make_synthetic_dataset({self.num_rows}, seed={self.seed})"
+
+    def load_rows(self, data_dir):
+        from ..data.synthetic import make_synthetic_dataset
+
+        return _undecoded(make_synthetic_dataset(self.num_rows, seed=self.seed)), None
+
+    def to_example(self, row, index, base_dir):
+        images = _as_list(row["images"])
+        return Example(
+            id=str(index),
+            text=_text(row["problem"]),
+            images=images,
+            image_refs=[f"synthetic[{index}].images[{k}]" for k in range(len(images))],
+            gold=_text(row["answer"]),
+            categories={"kind": _text(row["kind"])},
+        )
+
+
+_ALIASES = {"geo3k": "geometry3k", "hallubench": "hallusionbench", "we-math": "wemath", "mathvison": "mathvision"}
+
+
+def resolve_benchmarks(names: str | Sequence[str] | None) -> list[Benchmark]:
+    """`None`, "all" or "paper": the seven of Table 1; otherwise names separated by commas (or a list)."""
+    if names is None:
+        names = ["all"]
+    if isinstance(names, str):
+        names = [names]
+    parts = [part.strip() for name in names for part in name.split(",") if part.strip()]
+    resolved: list[Benchmark] = []
+    for part in parts:
+        for bench in (
+            [BENCHMARKS[n] for n in PAPER_BENCHMARKS] if part.lower() in ("all", "paper") else [get_benchmark(part)]
+        ):
+            if bench not in resolved:
+                resolved.append(bench)
+    if not resolved:
+        raise ValueError(f"No benchmark named. Valid names are: {', '.join(BENCHMARKS)} (or all).")
+    return resolved

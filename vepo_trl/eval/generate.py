@@ -1,0 +1,145 @@
+"""Greedy generation for evaluation: vLLM when installed (tensor parallel over the visible GPUs), else transformers.
+
+Both take prompts already rendered with the processor's chat template and the prepared PIL images of each prompt,
+and return the decoded completions in input order. The transformers path runs in one process per device under
+`accelerate launch`; `vepo_trl.eval.run` shards the examples and gathers the completions.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+from pathlib import Path
+
+import torch
+
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TransformersGenerator", "VLLMGenerator", "load_model_and_processor", "resolve_adapter", "vllm_available"]
+
+
+def vllm_available() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def resolve_adapter(model: str, adapter: str | None, base_model: str | None) -> tuple[str, str | None]:
+    """`(base model, adapter or None)`. A `--model` folder holding a PEFT adapter is the adapter; its base is
+    `--base_model` or the adapter config's `base_model_name_or_path`."""
+    config = Path(model) / "adapter_config.json"
+    if adapter is None and config.is_file():
+        adapter = model
+        model = base_model or json.loads(config.read_text()).get("base_model_name_or_path")
+        if not model:
+            raise ValueError(f"{config} names no base model; pass --base_model.")
+    elif base_model is not None:
+        model = base_model if adapter is not None else model
+    return model, adapter
+
+
+def load_model_and_processor(model_id: str, adapter: str | None = None, *, dtype: str = "auto", device=None):
+    """The model (with the LoRA adapter merged in) and its processor (the adapter folder's, when it has one)."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model = AutoModelForImageTextToText.from_pretrained(model_id, dtype=dtype)
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    model = model.to(device).eval()
+    processor_source = adapter if adapter and (Path(adapter) / "preprocessor_config.json").is_file() else model_id
+    if adapter and (Path(adapter) / "processor_config.json").is_file():
+        processor_source = adapter
+    processor = AutoProcessor.from_pretrained(processor_source)
+    return model, processor
+
+
+def _media_token_ids(model) -> list[int] | None:
+    # A sampled image or video placeholder would not match any features; trained models never emit them, tiny ones can
+    ids = [getattr(model.config, name, None) for name in ("image_token_id", "video_token_id")]
+    return [i for i in ids if i is not None] or None
+
+
+class TransformersGenerator:
+    """Batched greedy `model.generate` with left padding."""
+
+    name = "transformers"
+
+    def __init__(self, model, processor, *, max_new_tokens: int = 2048, batch_size: int = 8):
+        self.model, self.processor = model, processor
+        self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
+        self.processor.tokenizer.padding_side = "left"
+
+    @torch.no_grad()
+    def generate(self, texts: list[str], images: list[list]) -> list[str]:
+        completions: list[str] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch_texts = texts[start : start + self.batch_size]
+            batch_images = images[start : start + self.batch_size]
+            kwargs = {"images": [list(i) for i in batch_images]} if any(batch_images) else {}
+            if kwargs and not all(batch_images):
+                # The processor takes one image list per prompt; text-only prompts in a mixed batch go alone
+                completions += [c for t, i in zip(batch_texts, batch_images) for c in self.generate([t], [i])]
+                continue
+            inputs = self.processor(text=batch_texts, padding=True, return_tensors="pt", **kwargs).to(
+                self.model.device
+            )
+            output = self.model.generate(
+                **inputs,
+                max_new_tokens=self.max_new_tokens,
+                do_sample=False,
+                temperature=None,
+                top_p=None,
+                top_k=None,
+                suppress_tokens=_media_token_ids(self.model),
+            )
+            completions += self.processor.batch_decode(
+                output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True
+            )
+        return completions
+
+
+class VLLMGenerator:
+    """vLLM offline inference, greedy, tensor parallel over every visible GPU; a LoRA adapter is served as such."""
+
+    name = "vllm"
+
+    def __init__(self, model_id: str, adapter: str | None, *, max_new_tokens: int = 2048, max_images: int = 4,
+                 dtype: str = "auto", max_model_len: int | None = None):  # fmt: skip
+        from transformers import AutoProcessor
+        from vllm import LLM, SamplingParams
+
+        kwargs = {"max_model_len": max_model_len} if max_model_len else {}
+        if adapter is not None:
+            from peft import PeftConfig
+
+            kwargs.update(enable_lora=True, max_lora_rank=max(PeftConfig.from_pretrained(adapter).r, 8))
+        self.llm = LLM(
+            model=model_id,
+            tensor_parallel_size=max(1, torch.cuda.device_count()),
+            limit_mm_per_prompt={"image": max_images},
+            dtype=dtype,
+            seed=0,
+            **kwargs,
+        )
+        self.params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
+        self.lora = None
+        if adapter is not None:
+            from vllm.lora.request import LoRARequest
+
+            self.lora = LoRARequest("adapter", 1, adapter)
+        self.processor = AutoProcessor.from_pretrained(adapter if adapter and _has_processor(adapter) else model_id)
+
+    def generate(self, texts: list[str], images: list[list]) -> list[str]:
+        inputs = [
+            {"prompt": text, "multi_modal_data": {"image": list(imgs)}} if imgs else {"prompt": text}
+            for text, imgs in zip(texts, images)
+        ]
+        outputs = self.llm.generate(inputs, self.params, lora_request=self.lora, use_tqdm=False)
+        return [output.outputs[0].text for output in outputs]
+
+
+def _has_processor(path: str) -> bool:
+    return any((Path(path) / name).is_file() for name in ("processor_config.json", "preprocessor_config.json"))

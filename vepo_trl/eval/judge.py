@@ -1,0 +1,126 @@
+"""An LLM judge through any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM's server, a local proxy).
+
+The paper graded MathVerse, MathVision, MathVista and We-Math with gpt-4o-mini. The judge here reads the question,
+the reference answer and the model's whole response, extracts the final answer and says whether it matches:
+
+    judge = LLMJudge("gpt-4o-mini")  # key from $OPENAI_API_KEY
+    verdict = judge.grade(question="...", gold="B. 60°", response="<think>...</think> \\boxed{B}")
+    verdict.correct, verdict.extracted, verdict.error
+
+The API key is read from the environment and handed to the client only; it is never logged or written.
+Transient failures (timeouts, 429, 5xx) are retried by the client (`max_retries`, exponential back-off); what still
+fails becomes a verdict with `correct=None` and an `error` naming the failure, so one bad call never stops a run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["JUDGE_PROMPT", "JudgeVerdict", "LLMJudge", "parse_judgement"]
+
+JUDGE_PROMPT = """You are grading an answer to a math or visual reasoning question.
+
+Question:
+{question}
+
+Reference answer:
+{gold}
+
+Model response:
+{response}
+
+First extract the model's final answer (for a multiple-choice question, the option letter; if there is no final \
+answer, write NONE). Then decide whether it is equivalent to the reference answer (same value, same option, or the \
+option's text). Reply with exactly two lines:
+Extracted: <the final answer>
+Judgement: <1 if equivalent, else 0>"""
+
+# Chat models like to bold the labels ("**Judgement:** 1"); the asterisks are skipped
+_EXTRACTED = re.compile(r"^[\s*]*Extracted[\s*]*:[\s*]*(.*?)[\s*]*$", re.IGNORECASE | re.MULTILINE)
+_JUDGEMENT = re.compile(r"^[\s*]*Judge?ment[\s*]*:[\s*]*([01])\b", re.IGNORECASE | re.MULTILINE)
+
+
+@dataclass
+class JudgeVerdict:
+    correct: bool | None
+    extracted: str | None = None
+    error: str | None = None
+
+
+def parse_judgement(text: str) -> JudgeVerdict:
+    """Read the judge's two lines; a reply without a `Judgement: 0|1` line is an error, never a guess."""
+    judgement = _JUDGEMENT.search(text or "")
+    extracted = _EXTRACTED.search(text or "")
+    if judgement is None:
+        return JudgeVerdict(None, None, f"unparseable judge reply: {(text or '')[:80]!r}")
+    value = extracted.group(1) if extracted else None
+    return JudgeVerdict(judgement.group(1) == "1", None if value in (None, "", "NONE") else value)
+
+
+class LLMJudge:
+    """A chat-completions judge; `grade_many` calls it from `workers` threads."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        workers: int = 8,
+        max_tokens: int = 256,
+    ):
+        try:
+            from openai import OpenAI
+        except ImportError:
+            raise ValueError("The LLM judge needs the openai client: pip install 'vepo-trl[eval]'.") from None
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
+            raise ValueError(
+                f"The judge needs an API key in ${api_key_env} (name another variable with --judge_api_key_env; "
+                "any non-empty value for a local server that does not check keys)."
+            )
+        self.model = model
+        self.base_url = base_url
+        self.workers = workers
+        self.max_tokens = max_tokens
+        self._client = OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries)
+
+    def __repr__(self) -> str:  # the key stays out of any repr that might be logged
+        return f"LLMJudge(model={self.model!r}, base_url={self.base_url!r})"
+
+    def grade(self, *, question: str, gold: str, response: str) -> JudgeVerdict:
+        import openai
+
+        prompt = JUDGE_PROMPT.format(question=question, gold=gold, response=response)
+        try:
+            reply = self._client.chat.completions.create(
+                model=self.model,
+                messages=[{"role": "user", "content": prompt}],
+                temperature=0.0,
+                max_tokens=self.max_tokens,
+            )
+        except openai.APITimeoutError:
+            return JudgeVerdict(None, None, "timeout")
+        except openai.APIStatusError as err:
+            return JudgeVerdict(None, None, f"HTTP {err.status_code}")
+        except openai.APIConnectionError as err:
+            return JudgeVerdict(None, None, f"connection error: {type(err).__name__}")
+        text = reply.choices[0].message.content if reply.choices else ""
+        return parse_judgement(text or "")
+
+    def grade_many(self, items: Sequence[dict]) -> list[JudgeVerdict]:
+        """`grade(**item)` for each item, concurrently, in input order."""
+        if not items:
+            return []
+        with ThreadPoolExecutor(max_workers=max(1, min(self.workers, len(items)))) as pool:
+            return list(pool.map(lambda item: self.grade(**item), items))

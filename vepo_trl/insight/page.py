@@ -348,7 +348,7 @@ def render_page(
         '<span class="legend-item" data-class="topjsd"><span class="swatch jsdmark"></span>top-k JSD (dotted)</span>'
     )
     legend_items.append(
-        '<span class="legend-item">plot: filled dot = selected by '
+        '<span class="legend-note">plot: filled dot = selected by '
         f"{html.escape(run_label)}, orange ring = top-k entropy only</span>"
     )
     legend = f'<div class="legend" id="legend"><b>k = {k:g}</b>{"".join(legend_items)}</div>'

@@ -72,7 +72,9 @@ def test_load_run_errors(tmp_path, content, message):
 
 
 def test_plots_are_written_and_not_empty(runs, tmp_path):
-    written = plot_runs([load_run(path) for path in runs], tmp_path / "plots", dpi=60)  # small: the test is for content
+    written = plot_runs(
+        [load_run(path) for path in runs], tmp_path / "plots", dpi=60
+    )  # small: the test is for content
     assert set(written) == {"rewards", "selection", "signals", "miss_rates", "noise_step", "overview"}
     for path in written.values():
         data = path.read_bytes()

@@ -135,7 +135,7 @@ def test_save_load_round_trip_and_append(tokenizer, tmp_path):
         ("", "no records"),
         ("{not json\n", "line 1: not valid JSON"),
         ('{"tokens": ["a"]}\n', "missing field"),
-        ('[1, 2]', "expected a JSON object"),
+        ("[1, 2]", "expected a JSON object"),
         (
             '{"tokens": ["a", "b"], "token_ids": [1], "entropy": [0.1, 0.2], "selected": [true, false], '
             '"entropy_top_k": [true, false], "strategy": "vepo", "k": 0.2, "alpha": 0.7}\n',

@@ -190,7 +190,7 @@ class SelectionAnalysis:
         self.prompts += 1
 
     def token_values(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        cat = (lambda parts: torch.cat(parts) if parts else torch.zeros(0))  # noqa: E731
+        cat = lambda parts: torch.cat(parts) if parts else torch.zeros(0)  # noqa: E731
         return cat(self.entropy), cat(self.jsd), cat(self.gap)
 
     def summary(self) -> dict[str, Any]:
@@ -281,8 +281,20 @@ def plot_recall(analysis: SelectionAnalysis, path: str | os.PathLike) -> Path:
         return [math.nan if v is None else v for v in values]
 
     fig, ax = plt.subplots(figsize=(5.6, 3.6), dpi=100)
-    ax.plot(ratios, series(c.entropy_recall_of_jsd for c in counts), "o-", color="#e07b00", label="top-k entropy vs top-k JSD")
-    ax.plot(ratios, series(c.entropy_recall_of_gap for c in counts), "s--", color="#c0392b", label="top-k entropy vs top-k |dH|")
+    ax.plot(
+        ratios,
+        series(c.entropy_recall_of_jsd for c in counts),
+        "o-",
+        color="#e07b00",
+        label="top-k entropy vs top-k JSD",
+    )
+    ax.plot(
+        ratios,
+        series(c.entropy_recall_of_gap for c in counts),
+        "s--",
+        color="#c0392b",
+        label="top-k entropy vs top-k |dH|",
+    )
     ax.plot(
         ratios,
         series(None if c.selection_miss_rate is None else 1 - c.selection_miss_rate for c in counts),
@@ -291,7 +303,9 @@ def plot_recall(analysis: SelectionAnalysis, path: str | os.PathLike) -> Path:
         label=f"{label} vs top-k JSD",
     )
     ax.plot([0, 1], [0, 1], ":", color="#999", label="random selection (recall = k)")
-    ax.plot([0.2], [PAPER_ENTROPY_RECALL_AT_0_2], "*", color="#333", markersize=10, label="paper, entropy @ k=0.2 (7B)")
+    ax.plot(
+        [0.2], [PAPER_ENTROPY_RECALL_AT_0_2], "*", color="#333", markersize=10, label="paper, entropy @ k=0.2 (7B)"
+    )
     ax.set_xlabel("k (fraction of each response kept)")
     ax.set_ylabel("recall of the reference top-k")
     ax.set_xlim(0, 0.85)
@@ -299,7 +313,9 @@ def plot_recall(analysis: SelectionAnalysis, path: str | os.PathLike) -> Path:
     ax.set_xticks(ratios)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7.5, loc="lower right")
-    ax.set_title(f"Which top-k tokens does each rule keep? ({analysis.summary()['responses']} responses)", fontsize=9.5)
+    ax.set_title(
+        f"Which top-k tokens does each rule keep? ({analysis.summary()['responses']} responses)", fontsize=9.5
+    )
     fig.tight_layout()
     return save_figure(fig, path)
 

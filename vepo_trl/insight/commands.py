@@ -424,7 +424,11 @@ def run_inspect(model, processor, messages, images, settings, *, args, answer, m
         prompts=[messages] * len(completions),
         images=[images] * len(completions),
         groups=[0] * len(completions),
-        meta={"model": model_name, "source": source, **{k: v for k, v in settings.describe().items() if k not in ("strategy", "k", "alpha")}},
+        meta={
+            "model": model_name,
+            "source": source,
+            **{k: v for k, v in settings.describe().items() if k not in ("strategy", "k", "alpha")},
+        },
     )
     for record, detail in zip(records, details):
         if detail:

@@ -151,8 +151,8 @@ body{font:14px/1.45 -apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-
 main{max-width:1100px;margin:0 auto;padding:18px 22px 40px}
 h1{font-size:22px;margin:4px 0 2px} h2{font-size:17px;margin:0 0 8px}
 .sub{color:#666;margin:0 0 12px}
-.settings{border-collapse:collapse;margin:6px 0 12px;font-size:13px}
-.settings td{padding:2px 10px 2px 0} .settings td:first-child{color:#666}
+.settings{display:flex;flex-wrap:wrap;gap:4px 18px;margin:6px 0 12px;font-size:13px}
+.settings .key{color:#666;margin-right:4px}
 .legend{display:flex;flex-wrap:wrap;gap:14px;align-items:center;background:#fff;border:1px solid #ddd;border-radius:6px;
  padding:8px 12px;position:sticky;top:0;z-index:5}
 .legend .swatch{display:inline-block;width:28px;height:16px;border:1px solid #999;border-radius:3px;vertical-align:middle;margin-right:5px}
@@ -274,7 +274,12 @@ def _meta_line(record: SelectionRecord, index: int, run_label: str) -> str:
         )
     extra = record.meta.get("rewards")
     if isinstance(extra, Mapping):
-        bits.append(" ".join(f"{html.escape(str(k))} {_fmt(v) if isinstance(v, float) else v}" for k, v in extra.items()))
+        bits.append(
+            " ".join(
+                f"{html.escape(str(k))} {v:.3g}" if isinstance(v, float) else f"{html.escape(str(k))} {v}"
+                for k, v in extra.items()
+            )
+        )
     return " &middot; ".join(bits)
 
 
@@ -294,12 +299,20 @@ def _settings_rows(records: Sequence[SelectionRecord], settings: Mapping[str, An
         rows["steps"] = ", ".join(str(s) for s in steps[:20]) + (" ..." if len(steps) > 20 else "")
     rows["completions"] = len(records)
     return "".join(
-        f"<tr><td>{html.escape(str(key))}</td><td>{html.escape(str(value))}</td></tr>" for key, value in rows.items()
+        f'<span><span class="key">{html.escape(str(key))}</span>{html.escape(str(value))}</span>'
+        for key, value in rows.items()
     )
 
 
 def _summary_table(records: Sequence[SelectionRecord], run_label: str) -> str:
-    totals = {"tokens": 0, "selected": 0, "both": 0, "jsd_top_k": 0, "jsd_missed_by_entropy": 0, "jsd_missed_by_run": 0}
+    totals = {
+        "tokens": 0,
+        "selected": 0,
+        "both": 0,
+        "jsd_top_k": 0,
+        "jsd_missed_by_entropy": 0,
+        "jsd_missed_by_run": 0,
+    }
     for record in records:
         for key, value in _record_stats(record).items():
             if key in totals:
@@ -354,7 +367,7 @@ def render_page(
     legend = f'<div class="legend" id="legend"><b>k = {k:g}</b>{"".join(legend_items)}</div>'
 
     sections = []
-    for number, ((step, group, prompt, image), members) in enumerate(groups.items()):
+    for number, ((step, _group, prompt, image), members) in enumerate(groups.items()):
         src = _image_src(image)
         image_html = f'<img src="{src}" alt="prompt image">' if src else ""
         heading = f"Prompt {number + 1}" + (f" (step {step})" if step is not None else "")
@@ -374,12 +387,12 @@ def render_page(
             f'<div class="question">{html.escape(prompt)}</div></div>{"".join(completions)}</section>'
         )
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{html.escape(title)}</title>'
         f"<style>{_STYLE}</style></head><body><main><h1>{html.escape(title)}</h1>"
         '<p class="sub">Each completion token is coloured by whether the run\'s selection, top-k entropy, both or '
         "neither keep it for the policy gradient. Hover a token for its signals (nats).</p>"
-        f'<table class="settings">{_settings_rows(records, settings)}</table>{legend}'
+        f'<div class="settings" id="settings">{_settings_rows(records, settings)}</div>{legend}'
         f"{_summary_table(records, run_label)}{''.join(sections)}</main>"
         f'<div id="tip"></div><script>{_SCRIPT}</script></body></html>\n'
     )

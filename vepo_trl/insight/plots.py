@@ -83,7 +83,9 @@ def load_run(path: str | os.PathLike, name: str | None = None) -> RunLog:
         raise ValueError(f"{log} holds no training log entries (was logging_steps larger than the run?)")
     training.sort(key=lambda entry: entry["step"])
     if name is None:
-        run_dir = log.parent if log.parent.name and not log.parent.name.startswith("checkpoint-") else log.parent.parent
+        run_dir = (
+            log.parent if log.parent.name and not log.parent.name.startswith("checkpoint-") else log.parent.parent
+        )
         name = run_dir.resolve().name
     return RunLog(name=name, source=log, entries=training)
 
@@ -127,7 +129,10 @@ FIGURES: list[tuple[str, str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
             (
                 "share of top-k JSD missed",
                 "fraction",
-                [("vepo/top_jsd_missed_by_entropy", "by top-k entropy"), ("vepo/top_jsd_missed_by_selection", "by the selection")],
+                [
+                    ("vepo/top_jsd_missed_by_entropy", "by top-k entropy"),
+                    ("vepo/top_jsd_missed_by_selection", "by the selection"),
+                ],
             ),
         ],
     ),
@@ -160,15 +165,17 @@ def save_figure(fig, path: str | os.PathLike) -> Path:
     return Path(path)
 
 
-def _draw_panel(ax, runs: Sequence[RunLog], title: str, ylabel: str, lines: Sequence[tuple[str, str]], colours) -> bool:
+def _draw_panel(
+    ax, runs: Sequence[RunLog], title: str, ylabel: str, lines: Sequence[tuple[str, str]], colours
+) -> bool:
     drawn = False
     for r, run in enumerate(runs):
-        for l, (key, label) in enumerate(lines):
+        for line, (key, label) in enumerate(lines):
             steps, values = run.series(key)
             if not steps:
                 continue
             name = run.name if len(lines) == 1 else f"{run.name}: {label}"
-            ax.plot(steps, values, _LINE_STYLES[l % len(_LINE_STYLES)], color=colours[r % len(colours)], label=name,
+            ax.plot(steps, values, _LINE_STYLES[line % len(_LINE_STYLES)], color=colours[r % len(colours)], label=name,
                     marker="o" if len(steps) < 30 else None, markersize=3)  # fmt: skip
             drawn = True
     ax.set_title(title, fontsize=9.5)

@@ -314,7 +314,11 @@ def records_from_signals(
         raise ValueError("records_from_signals needs signals.entropy.")
     mask = mask.bool()
     batch = mask.shape[0]
-    for name, tensor in (("completion_ids", completion_ids), ("selected", selected), ("signals.entropy", signals.entropy)):
+    for name, tensor in (
+        ("completion_ids", completion_ids),
+        ("selected", selected),
+        ("signals.entropy", signals.entropy),
+    ):
         if tuple(tensor.shape) != tuple(mask.shape):
             raise ValueError(f"{name} has shape {tuple(tensor.shape)}; mask has {tuple(mask.shape)}.")
     visual = signals.jsd is not None and signals.perturbed_entropy is not None

@@ -145,7 +145,10 @@ def build_messages(question: str, num_images: int = 1, system_prompt: str | None
     from ..data.loaders import SYSTEM_PROMPT, build_user_content
 
     return [
-        {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT if system_prompt is None else system_prompt}]},
+        {
+            "role": "system",
+            "content": [{"type": "text", "text": SYSTEM_PROMPT if system_prompt is None else system_prompt}],
+        },
         {"role": "user", "content": build_user_content(question, num_images)},
     ]
 
@@ -161,7 +164,9 @@ def _check_vision_processor(processor) -> None:
         )
 
 
-def encode_prompt(processor, messages: Sequence[Mapping], images: Sequence[Any], device=None) -> dict[str, torch.Tensor]:
+def encode_prompt(
+    processor, messages: Sequence[Mapping], images: Sequence[Any], device=None
+) -> dict[str, torch.Tensor]:
     """`input_ids`, `attention_mask`, `pixel_values`, `image_grid_thw` of one prompt with its images (batch of 1)."""
     from trl.data_utils import prepare_multimodal_messages
 

@@ -149,6 +149,26 @@ def test_page_renders_in_chromium(chromium, page_file, tmp_path):
     assert float(first["data-jsd"]) == pytest.approx(records[0].jsd[0], abs=1e-4)
     assert "score" in first["title"]
     assert 'id="tip"' in dom and "<svg" in dom
+    # The page's script ran to its end and gave every token a tooltip
+    assert f'data-tooltips="{sum(r.num_tokens for r in records)}"' in dom
+
+
+def test_hover_shows_the_values_in_chromium(chromium, page_file, tmp_path):
+    path, records = page_file
+    # Hover the second token of the first completion, as a pointer would, then read the DOM
+    hovered = tmp_path / "hovered.html"
+    hover = "<script>document.querySelectorAll('.tok')[1].dispatchEvent(new MouseEvent('mouseenter'));</script>"
+    hovered.write_text(path.read_text().replace("</body>", hover + "</body>"))
+    result = _run_chromium(chromium, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", hovered.as_uri())
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    dom = result.stdout.decode()
+    tip = dom.split('<div id="tip"', 1)[1].split("</div>", 1)[0]
+    assert "display: block" in tip
+    record = records[0]
+    assert f"JSD   {record.jsd[1]:.4f}" in tip and f"H     {record.entropy[1]:.4f}" in tip
+    assert f"score {record.score[1]:.4f}" in tip and "selected by:" in tip
+    # The signal plot's cursor moved to the token
+    assert 'visibility="visible"' in dom
 
 
 def test_page_screenshot_is_not_blank(chromium, page_file, tmp_path):

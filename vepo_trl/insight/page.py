@@ -182,6 +182,7 @@ h1{font-size:22px;margin:4px 0 2px} h2{font-size:17px;margin:0 0 8px}
 _SCRIPT = """
 (function(){
   var tip=document.getElementById('tip');
+  var wired=0;
   function fmt(v){return v===undefined||v===''?'n/a':v;}
   document.querySelectorAll('.tok').forEach(function(el){
     el.addEventListener('mouseenter',function(){
@@ -197,7 +198,10 @@ _SCRIPT = """
     el.addEventListener('mousemove',function(e){tip.style.left=(e.clientX+14)+'px';tip.style.top=(e.clientY+14)+'px';});
     el.addEventListener('mouseleave',function(){tip.style.display='none';
       var svg=el.closest('.completion').querySelector('.cursor');if(svg){svg.setAttribute('visibility','hidden');}});
+    wired++;
   });
+  // How many tokens carry a tooltip: a check (and a test) that the script ran to its end
+  document.body.dataset.tooltips=wired;
 })();
 """
 

@@ -199,3 +199,20 @@ def test_recipe_settings_and_names_agree_with_training():
     assert (settings.perturbation, settings.noise_sigma, settings.temperature) == ("gaussian", 1.5, 0.9)
     # perturbation_seed wins over seed, as in VEPOConfig
     assert SignalSettings.from_recipe({"seed": 7, "perturbation_seed": 3}).seed == 3
+
+
+def test_pixel_bounds_come_from_flags_then_recipe_then_paper():
+    from argparse import Namespace
+
+    recipe = {"min_pixels": 3136, "max_pixels": 50176}
+    assert commands._pixel_bounds(Namespace(min_pixels=None, max_pixels=None), recipe) == recipe
+    assert commands._pixel_bounds(Namespace(min_pixels=784, max_pixels=None), recipe) == {
+        "min_pixels": 784,
+        "max_pixels": 50176,
+    }
+    assert commands._pixel_bounds(Namespace(min_pixels=None, max_pixels=None), {}) == {
+        "min_pixels": 262_144,
+        "max_pixels": 1_000_000,
+    }
+    with pytest.raises(commands.UsageError, match="exceeds"):
+        commands._pixel_bounds(Namespace(min_pixels=9000, max_pixels=4000), {})

@@ -141,8 +141,13 @@ def _check_generation(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name} must be positive, got {value}")
 
 
-def _pixel_bounds(args: argparse.Namespace) -> dict[str, int]:
+def _pixel_bounds(args: argparse.Namespace, recipe: dict[str, Any]) -> dict[str, int]:
+    """Image resize bounds: the flags, else the recipe's (as the run resized its data), else the paper's."""
     from ..data.loaders import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+
+    for name in ("min_pixels", "max_pixels"):
+        if getattr(args, name) is None and isinstance(recipe.get(name), int):
+            setattr(args, name, recipe[name])
 
     bounds = {
         "min_pixels": args.min_pixels or DEFAULT_MIN_PIXELS,
@@ -342,7 +347,7 @@ def inspect_main(argv: list[str]) -> None:
         _check_rewards(args)
         if args.greedy and args.response:
             raise UsageError("--greedy samples a response; --response gives them: choose one")
-        bounds = _pixel_bounds(args)
+        bounds = _pixel_bounds(args, recipe)
         if source == "image":
             from ..data.loaders import UnusableRowError, prepare_image
 
@@ -486,7 +491,7 @@ def analyze_main(argv: list[str]) -> None:
         for ratio in args.ratios:
             if not 0.0 < ratio <= 1.0:
                 raise UsageError(f"--ratios: every k must be in (0, 1], got {ratio}")
-        bounds = _pixel_bounds(args)
+        bounds = _pixel_bounds(args, recipe)
         dataset = _load_rows(args.dataset, args.split, args.limit, _dataset_bounds(args, bounds))
         rows = [dataset[i] for i in range(min(args.limit, len(dataset)))]
         rows = [row for row in rows if row.get("images")]

@@ -225,6 +225,7 @@ def sample_completions(
             max_new_tokens=max_new_tokens,
             do_sample=not greedy,
             temperature=temperature if not greedy else None,
+            # The full distribution, as GRPO samples (top_p 1, no top-k): Qwen's own generation config narrows it
             top_p=1.0,
             top_k=0,
             num_return_sequences=num,

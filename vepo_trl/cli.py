@@ -4,6 +4,9 @@ vepo-trl demo                      train VEPO on a tiny model and synthetic data
 vepo-trl train --config R.yaml     train from a recipe (any key can be overridden: --selection_ratio 0.3)
 vepo-trl eval --model M            the paper's seven benchmarks, a Table-1 summary (alias: evaluate; --help)
 vepo-trl strategies                list the selection strategies and perturbations
+vepo-trl inspect --model M ...     an HTML page of the tokens VEPO selects in a model's responses
+vepo-trl analyze --model M ...     the paper's selection analysis (top-k entropy vs top-k JSD) over a data set
+vepo-trl plot RUN_DIR [RUN_DIR]    PNG training curves of one or several runs
 vepo-trl --version                 print the version
 
 Run `vepo-trl <command> --help` for a command's options.
@@ -155,7 +158,34 @@ def _strategies(argv: list[str]) -> None:
         print(f"  {name:<22}{(fn.__doc__ or '').strip().splitlines()[0]}")
 
 
-COMMANDS = {"train": _train, "demo": _demo, "eval": _evaluate, "evaluate": _evaluate, "strategies": _strategies}
+def _inspect(argv: list[str]) -> None:
+    from .insight.commands import inspect_main
+
+    inspect_main(argv)
+
+
+def _analyze(argv: list[str]) -> None:
+    from .insight.commands import analyze_main
+
+    analyze_main(argv)
+
+
+def _plot(argv: list[str]) -> None:
+    from .insight.commands import plot_main
+
+    plot_main(argv)
+
+
+COMMANDS = {
+    "train": _train,
+    "demo": _demo,
+    "eval": _evaluate,
+    "evaluate": _evaluate,
+    "strategies": _strategies,
+    "inspect": _inspect,
+    "analyze": _analyze,
+    "plot": _plot,
+}
 
 
 def main(argv: list[str] | None = None) -> None:

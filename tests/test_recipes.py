@@ -377,7 +377,7 @@ def check_training_args(argv, num_processes):
 
 def test_readme_has_commands_of_each_kind():
     starts = {" ".join(command.split()[:2]) for command in COMMANDS}
-    assert {"accelerate launch", "vepo-trl train", "python -m", "vepo-trl evaluate"} <= starts
+    assert {"accelerate launch", "vepo-trl train", "python -m", "vepo-trl eval"} <= starts
     # Loops are expanded: the paper's (k, alpha) grid is 3 x 5 runs
     assert sum("--selection_alpha" in command for command in COMMANDS) == 15
 
@@ -399,7 +399,7 @@ def test_readme_command(command, capsys):
         check_training_args(tokens[2:], 1)
     elif tokens[:3] == ["python", "-m", "vepo_trl.train"]:
         check_training_args(tokens[3:], 1)
-    elif tokens[:2] == ["vepo-trl", "evaluate"]:
+    elif tokens[:2] in (["vepo-trl", "eval"], ["vepo-trl", "evaluate"]):
         known = evaluate_flags(capsys)
         assert {token for token in tokens if token.startswith("--")} <= known
     else:

@@ -161,3 +161,22 @@ def test_tile_size_defaults_to_64_on_the_cpu(tiny_model_dir, visual_dataset, tmp
 def test_vepo_config_rejects_adaptive_entropy_with_selection():
     with pytest.raises(ValueError, match="use_adaptive_entropy"):
         VEPOConfig(output_dir="x", use_cpu=True, bf16=False, report_to="none", use_adaptive_entropy=True)
+
+
+def test_selection_samples_are_written_and_render(tiny_model_dir, visual_dataset, tmp_path):
+    from vepo_trl.insight.records import load_records
+
+    trainer = make_trainer(
+        tiny_model_dir, visual_dataset, tmp_path, selection_samples_steps=1, selection_samples_count=2, max_steps=2
+    )
+    trainer.train()
+    records = load_records(tmp_path / "out" / "selection_samples.jsonl")
+    assert len(records) == 4 and {record.step for record in records} == {0, 1}
+    for record in records:
+        assert record.strategy == "vepo" and len(record.tokens) == len(record.selected) > 0
+        assert any(record.selected)
+
+
+def test_empty_train_dataset_is_refused(tiny_model_dir, visual_dataset, tmp_path):
+    with pytest.raises(ValueError, match="train_dataset is empty"):
+        make_trainer(tiny_model_dir, visual_dataset.select([]), tmp_path)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -37,7 +38,10 @@ def test_packaged_demo_recipe_is_the_repo_recipe():
 
 
 def test_script_trains_two_steps_from_the_recipe(tmp_path):
-    script_args, training_args, model_args = parse("--output_dir", str(tmp_path / "run"), *SHORT)
+    # Every response scored, zero advantage or not, so the JSD figures are logged whatever the random model samples
+    script_args, training_args, model_args = parse(
+        "--output_dir", str(tmp_path / "run"), "--score_zero_advantage_rows", "true", *SHORT
+    )
     assert (script_args.dataset_name, model_args.model_name_or_path) == ("synthetic", "tiny-qwen2.5-vl")
     assert training_args.selection_strategy == "vepo" and training_args.reward_weights == [0.9, 0.1, 0.5]
     trainer = main(script_args, training_args, model_args)
@@ -90,8 +94,12 @@ def test_demo_leaves_model_metrics_and_summary(tmp_path, capsys):
     metrics = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
     assert sum("loss" in entry for entry in metrics) == 2
     summary = (output / "summary.md").read_text()
-    # 2 steps of 8 completions (2 prompts x 4), each through exactly one perturbed forward
-    assert "with VEPO for 2 steps" in summary and "16 sampled completions each went through one" in summary
+    # 2 steps of 8 completions (2 prompts x 4), each through exactly one perturbed forward unless its advantage is 0
+    assert "with VEPO for 2 steps" in summary
+    counts = re.search(
+        r"(\d+) sampled completions each went through one perturbed-image forward(?:; (\d+) more)?", summary
+    )
+    assert counts and int(counts[1]) + int(counts[2] or 0) == 16
     assert "`diffusion` at noise step 500" in summary and "nan" not in summary
     out = capsys.readouterr().out
     assert summary in out

@@ -30,6 +30,7 @@ def make_config(tmp_path, config_cls=VEPOConfig, **overrides):
         "report_to": "none",
         "save_strategy": "no",
         "use_cpu": True,
+        "bf16": False,  # the same precision for VEPOConfig and GRPOConfig (whose unset bf16 would be True)
         "seed": 0,
     }
     settings.update(overrides)

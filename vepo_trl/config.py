@@ -53,6 +53,12 @@ class VEPOConfig(GRPOConfig):
             change the loss (for complete selection diagnostics). Off, they are skipped where that is safe.
         log_selection_diagnostics (`bool`, *optional*, defaults to `True`):
             Log the share of top-k JSD tokens that top-k entropy would miss and that the selection misses.
+        selection_samples_steps (`int`, *optional*, defaults to `0`):
+            Every this many steps, write a few of the current rollout's completions with their per-token signals and
+            selection to `output_dir/selection_samples.jsonl`; `vepo-trl inspect --records` renders them as a page.
+            `0`: never.
+        selection_samples_count (`int`, *optional*, defaults to `4`):
+            Completions written each time (from the main process's share of the rollout).
 
         > Perturbed image
 
@@ -129,6 +135,17 @@ class VEPOConfig(GRPOConfig):
     log_selection_diagnostics: bool = field(
         default=True,
         metadata={"help": "Log the share of top-k JSD tokens that top-k entropy and the selection miss."},
+    )
+    selection_samples_steps: int = field(
+        default=0,
+        metadata={
+            "help": "Every this many steps, write a few completions with their signals and selection to "
+            "output_dir/selection_samples.jsonl (render: vepo-trl inspect --records FILE). 0: never."
+        },
+    )
+    selection_samples_count: int = field(
+        default=4,
+        metadata={"help": "Completions written each time selection samples are written."},
     )
     perturbation: str = field(
         default="diffusion",
@@ -232,6 +249,11 @@ class VEPOConfig(GRPOConfig):
             raise ValueError(
                 "use_adaptive_entropy is not supported with token selection: its controller would see TRL's masked "
                 "entropy, not VEPO's entropy_scope. Use a fixed entropy_coef, or selection_strategy='full'."
+            )
+        if self.selection_samples_steps < 0 or self.selection_samples_count < 1:
+            raise ValueError(
+                f"selection_samples_steps must be >= 0 and selection_samples_count >= 1, got "
+                f"{self.selection_samples_steps} and {self.selection_samples_count}."
             )
         if self.scoring_tile_size is not None and self.scoring_tile_size < 1:
             raise ValueError(f"scoring_tile_size must be a positive number of tokens, got {self.scoring_tile_size}.")

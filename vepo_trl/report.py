@@ -123,9 +123,16 @@ def run_summary(trainer, seconds: float, command: str = "demo") -> str:
         f"- Selection: {selection_text(args)}.",
     ]
     if strategy.needs_perturbed_pass:
+        skipped = getattr(trainer, "num_skipped_completions", 0)
+        skip_note = (
+            f"; {skipped} more had a zero advantage and skipped it (their selection cannot change the loss)"
+            if skipped
+            else ""
+        )
         lines.append(
             f"- Perturbation: {perturbation_text(args, series('vepo/noise_step'), trainer.state.max_steps)}; "
-            f"{trainer.num_perturbed_completions} sampled completions each went through one perturbed-image forward."
+            f"{trainer.num_perturbed_completions} sampled completions each went through one perturbed-image "
+            f"forward{skip_note}."
         )
     else:
         lines.append(f"- No perturbed pass: strategy `{strategy.name}` needs none.")

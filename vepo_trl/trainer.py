@@ -167,6 +167,13 @@ class VEPOTrainer(GRPOTrainer):
                 f"VEPOTrainer needs a VEPOConfig (got {type(args).__name__}); build one with the same fields, e.g. "
                 "VEPOConfig(**grpo_config.to_dict()), and set the VEPO fields on it."
             )
+        train_dataset = kwargs.get("train_dataset", pos_args[0] if pos_args else None)
+        if train_dataset is not None and hasattr(train_dataset, "__len__") and len(train_dataset) == 0:
+            raise ValueError("train_dataset is empty: VEPOTrainer would train 0 steps. Check the data set's split.")
+        if isinstance(model, str):
+            from .train import resolve_model_name
+
+            model = resolve_model_name(model)  # `tiny-qwen2.5-vl`: the offline tiny model, built and cached once
         # Read by the `top_entropy_quantile` property while GRPOTrainer.__init__ runs
         self._token_weights = None
         super().__init__(model, reward_funcs, args, *pos_args, **kwargs)
@@ -453,6 +460,7 @@ class VEPOTrainer(GRPOTrainer):
                 noise_step=self.current_noise_step(),
                 sigma=self.args.noise_sigma,
                 patch_probability=self.args.patch_probability,
+                num_generations=self.num_generations,
             )
             perturbed_hidden = self._hidden_forward(model, ids, mask, length, row_inputs, perturbed_pixels)
             self.num_perturbed_completions += int(index.numel())
@@ -821,3 +829,38 @@ class VEPOTrainer(GRPOTrainer):
         if top_jsd > 0:
             metrics["vepo/top_jsd_missed_by_entropy"].append(ent_miss / top_jsd)
             metrics["vepo/top_jsd_missed_by_selection"].append(sel_miss / top_jsd)
+        self._write_selection_samples(inputs, signals, selected, scored)
+
+    def _write_selection_samples(self, inputs, signals: TokenSignals, selected, scored) -> None:
+        """A few of the main process's completions with their signals and selection, every `selection_samples_steps`
+        steps, for `vepo-trl inspect --records`. Local to the main process: no collective."""
+        every = self.args.selection_samples_steps
+        step = self.state.global_step
+        if not every or step % every or not self.model.training or not self.accelerator.is_main_process:
+            return
+        if getattr(self, "_samples_written_at", None) == step or signals.entropy is None:
+            return
+        self._samples_written_at = step
+        from .insight.records import records_from_signals, save_records
+
+        prompts = self.processing_class.batch_decode(
+            [ids[mask.bool()] for ids, mask in zip(inputs["prompt_ids"], inputs["prompt_mask"])],
+            skip_special_tokens=True,
+        )
+        records = records_from_signals(
+            inputs["completion_ids"],
+            self.processing_class,
+            signals,
+            self._loss_mask(inputs),
+            selected,
+            ratio=self.args.selection_ratio,
+            alpha=self.args.selection_alpha,
+            strategy=self.args.selection_strategy,
+            advantages=inputs["advantages"],
+            has_image=scored if signals.jsd is not None else None,
+            prompts=prompts,
+            step=step,
+            rows=range(min(self.args.selection_samples_count, len(prompts))),
+            meta={"perturbation": self.args.perturbation, "noise_step": self.current_noise_step()},
+        )
+        save_records(os.path.join(self.args.output_dir, "selection_samples.jsonl"), records, append=True)

@@ -143,7 +143,7 @@ def spearman(x: torch.Tensor, y: torch.Tensor) -> float | None:
         order = torch.argsort(v, stable=True)
         sorted_v = v[order]
         r = torch.empty_like(v)
-        r[order] = torch.arange(len(v), dtype=torch.float64)
+        r[order] = torch.arange(len(v), dtype=torch.float64, device=v.device)
         # Ties share their average rank
         _, inverse, counts = torch.unique_consecutive(sorted_v, return_inverse=True, return_counts=True)
         ends = torch.cumsum(counts, 0).double()
@@ -190,7 +190,7 @@ class SelectionAnalysis:
         self.prompts += 1
 
     def token_values(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        cat = lambda parts: torch.cat(parts) if parts else torch.zeros(0)  # noqa: E731
+        cat = lambda parts: torch.cat(parts) if parts else torch.zeros(0)  # noqa: E731  # cpu: parts are on the CPU
         return cat(self.entropy), cat(self.jsd), cat(self.gap)
 
     def summary(self) -> dict[str, Any]:
@@ -328,6 +328,7 @@ def plot_joint_distribution(entropy: torch.Tensor, jsd: torch.Tensor, path: str 
     from matplotlib.colors import LogNorm
 
     if entropy.numel() > _MAX_JOINT_TOKENS:
+        # cpu: a fixed subsample of CPU values for the plot, the same draw on any machine
         keep = torch.randperm(entropy.numel(), generator=torch.Generator().manual_seed(0))[:_MAX_JOINT_TOKENS]
         entropy, jsd = entropy[keep], jsd[keep]
     fig, ax = plt.subplots(figsize=(5.2, 3.8), dpi=100)

@@ -323,8 +323,8 @@ def records_from_signals(
             raise ValueError(f"{name} has shape {tuple(tensor.shape)}; mask has {tuple(mask.shape)}.")
     visual = signals.jsd is not None and signals.perturbed_entropy is not None
     if has_image is None:
-        has_image = torch.full((batch,), visual, dtype=torch.bool)
-    has_image = has_image.bool().cpu() & torch.tensor(visual)
+        has_image = torch.full((batch,), visual, dtype=torch.bool, device=mask.device)
+    has_image = has_image.bool().cpu() & visual
 
     entropy_top_k = top_k_mask(signals.entropy, mask, ratio)
     jsd_top_k = gap = score = None

@@ -1,0 +1,303 @@
+"""One training step at the paper's shapes: GRPO (all tokens), top-20% entropy and VEPO, timed by phase.
+
+A randomly initialised Qwen2.5-VL with the 3B model's dimensions (36 layers, hidden 2048, vocabulary 151,936; vision
+tower 32 blocks of 1280) in bf16, a 448x448 image (256 visual tokens), 8 completions of 256 tokens. Generation is
+left out (it is the same for the three methods and TRL's): each timed step is `VEPOTrainer.compute_loss` on a fresh
+batch (so VEPO runs its perturbed forward, as on a batch's first use) and the backward pass. Per method it prints the
+median of: the step, `compute_loss`, the loss forward, the perturbed forward, the signals (JSD, entropies in tiles),
+and the peak memory; then a plain no-grad forward for reference and the check of the issue's bound: VEPO's
+`compute_loss` <= top-20% entropy's + one no-grad forward + 10%, peak memory within 2%.
+
+    python benchmarks/bench_gpu_step.py                     # CUDA; ~2 minutes on one H100
+    python benchmarks/bench_gpu_step.py --tiny --steps 3    # the same code path on a CPU, tiny dimensions
+
+The last line is one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import os
+import statistics
+import tempfile
+import time
+import warnings
+
+import torch
+
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+warnings.filterwarnings("ignore")
+
+import vepo_trl.trainer as trainer_module  # noqa: E402
+from vepo_trl import VEPOConfig, VEPOTrainer  # noqa: E402
+from vepo_trl.data import synthetic_training_dataset  # noqa: E402
+from vepo_trl.testing import QWEN_SPECIAL_TOKENS, build_processor  # noqa: E402
+
+
+METHODS = {
+    "grpo": {"selection_strategy": "full"},
+    "entropy_top20": {"selection_strategy": "entropy", "selection_ratio": 0.2},
+    "vepo": {"selection_strategy": "vepo", "selection_ratio": 0.2},
+}
+QWEN_3B = dict(hidden=2048, intermediate=11008, layers=36, heads=16, kv_heads=2, vocab=151936, vision_depth=32)
+TINY = dict(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, vocab=151936, vision_depth=2)
+
+
+def build_model(processor, dims, device, dtype):
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    ids = {token: processor.tokenizer.convert_tokens_to_ids(token) for token in QWEN_SPECIAL_TOKENS}
+    head_dim = dims["hidden"] // dims["heads"]
+    unit = head_dim // 16
+    vision_hidden = 1280 if dims is QWEN_3B else 32
+    config = Qwen2_5_VLConfig(
+        text_config={
+            "vocab_size": dims["vocab"],
+            "hidden_size": dims["hidden"],
+            "intermediate_size": dims["intermediate"],
+            "num_hidden_layers": dims["layers"],
+            "num_attention_heads": dims["heads"],
+            "num_key_value_heads": dims["kv_heads"],
+            "max_position_embeddings": 32768,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 1000000.0,
+                "mrope_section": [2 * unit, 3 * unit, 3 * unit],
+            },
+            "eos_token_id": ids["<|im_end|>"],
+            "pad_token_id": ids["<|endoftext|>"],
+            "tie_word_embeddings": dims is QWEN_3B,  # the 3B model ties its head to the embeddings
+        },
+        vision_config={
+            "depth": dims["vision_depth"],
+            "hidden_size": vision_hidden,
+            "intermediate_size": 3420 if dims is QWEN_3B else 64,
+            "num_heads": 16 if dims is QWEN_3B else 2,
+            "out_hidden_size": dims["hidden"],
+            "fullatt_block_indexes": [7, 15, 23, 31] if dims is QWEN_3B else [1],
+        },
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+    )
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = Qwen2_5_VLForConditionalGeneration(config)
+    finally:
+        torch.set_default_dtype(previous)
+    model.config.use_cache = False
+    return model
+
+
+def make_batch(processor, device, completions, completion_length, image_side, vocab_limit, seed=0):
+    """A batch in the layout TRL's rollout hands `compute_loss`: one prompt with a 448 px image, G completions."""
+    from PIL import Image
+
+    generator = torch.Generator().manual_seed(seed)
+    pixels = (torch.rand(image_side, image_side, 3, generator=generator) * 255).to(torch.uint8).numpy()
+    image = Image.fromarray(pixels)
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "How many shapes?"}]}]
+    text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    encoded = processor(images=[image], text=[text], return_tensors="pt")
+    g = completions
+    prompt_ids = encoded["input_ids"].repeat(g, 1)
+    batch = {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": torch.ones_like(prompt_ids),
+        "completion_ids": torch.randint(0, vocab_limit, (g, completion_length), generator=generator),
+        "completion_mask": torch.ones(g, completion_length, dtype=torch.long),
+        "advantages": torch.randn(g, generator=generator),  # non-zero: every completion is scored
+        "num_items_in_batch": torch.tensor(g * completion_length),
+        "pixel_values": encoded["pixel_values"].repeat(g, 1),
+        "image_grid_thw": encoded["image_grid_thw"].repeat(g, 1),
+        "num_images": [1] * g,
+    }
+    if "mm_token_type_ids" in encoded:
+        prompt_types = encoded["mm_token_type_ids"].repeat(g, 1)
+        batch["mm_token_type_ids"] = torch.cat([prompt_types, torch.zeros_like(batch["completion_ids"])], dim=1)
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+class PhaseTimer:
+    """Wall time of named phases, synchronised with the device so GPU work is counted where it runs."""
+
+    def __init__(self, device):
+        self.device, self.totals = device, {}
+
+    def sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    @contextlib.contextmanager
+    def phase(self, name):
+        self.sync()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.sync()
+            self.totals[name] = self.totals.get(name, 0.0) + time.perf_counter() - start
+
+    def wrap(self, owner, attribute, name, when=None):
+        original = getattr(owner, attribute)
+
+        def timed(*args, **kwargs):
+            if when is not None and not when(*args, **kwargs):
+                return original(*args, **kwargs)
+            with self.phase(name):
+                return original(*args, **kwargs)
+
+        setattr(owner, attribute, timed)
+
+
+def run_method(name, settings, model, processor, batch, args, device, output_dir):
+    config = VEPOConfig(
+        output_dir=output_dir,
+        per_device_train_batch_size=args.completions,
+        num_generations=args.completions,
+        max_completion_length=args.completion_length,
+        loss_type="bnpo",
+        report_to="none",
+        use_cpu=device.type == "cpu",
+        bf16=device.type == "cuda",
+        log_selection_diagnostics=False,
+        **settings,
+    )
+    trainer = VEPOTrainer(
+        model=model,
+        reward_funcs=lambda completions, **_: [0.0] * len(completions),
+        args=config,
+        train_dataset=synthetic_training_dataset(4, seed=0),
+        processing_class=processor,
+    )
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    timer = PhaseTimer(device)
+    timer.wrap(trainer, "_forward", "loss_forward")
+    # The perturbed forward is the `_hidden_forward` call given perturbed pixels
+    timer.wrap(trainer, "_hidden_forward", "perturbed_forward", when=lambda *a, **k: k.get("pixel_values") is not None)
+    original_signals = trainer_module.token_signals
+
+    def timed_signals(*a, **k):
+        with timer.phase("signals"):
+            return original_signals(*a, **k)
+
+    trainer_module.token_signals = timed_signals
+    steps, losses = [], []
+    try:
+        for step in range(args.warmup + args.steps):
+            inputs = copy.copy(batch)  # a fresh batch each step: the mask is made anew, as at a batch's first use
+            timer.totals = {}
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            with timer.phase("compute_loss"):
+                loss = trainer.compute_loss(trainer.model, inputs)
+            with timer.phase("backward"):
+                loss.backward()
+            trainer.model.zero_grad(set_to_none=True)
+            if step >= args.warmup:
+                steps.append(dict(timer.totals))
+                losses.append(float(loss))
+        peak = torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else float("nan")
+    finally:
+        trainer_module.token_signals = original_signals
+    phases = sorted({key for step in steps for key in step})
+    result = {phase: statistics.median(step.get(phase, 0.0) for step in steps) for phase in phases}
+    result["step"] = statistics.median(step["compute_loss"] + step["backward"] for step in steps)
+    result["peak_memory_gb"] = peak
+    result["perturbed_completions"] = trainer.num_perturbed_completions
+    result["tile_size"] = trainer._tile_size(device) if trainer.selection.needs_perturbed_pass else None
+    return result
+
+
+def no_grad_forward_seconds(model, batch, device, repeats=3):
+    inputs = {
+        "input_ids": torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1),
+        "attention_mask": torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1),
+        "pixel_values": batch["pixel_values"],
+        "image_grid_thw": batch["image_grid_thw"],
+    }
+    if "mm_token_type_ids" in batch:
+        inputs["mm_token_type_ids"] = batch["mm_token_type_ids"]
+    timer = PhaseTimer(device)
+    times = []
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
+    for _ in range(repeats + 1):
+        timer.totals = {}
+        with torch.no_grad(), autocast, timer.phase("forward"):
+            model(**inputs, logits_to_keep=1)
+        times.append(timer.totals["forward"])
+    return statistics.median(times[1:])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tiny", action="store_true", help="tiny dimensions (a CPU check of the code path)")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--completions", type=int, default=8)
+    parser.add_argument("--completion_length", type=int, default=256)
+    parser.add_argument("--image_side", type=int, default=448)
+    args = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dims = TINY if args.tiny else QWEN_3B
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    processor = build_processor()
+    processor.image_processor.min_pixels = processor.image_processor.max_pixels = args.image_side**2
+    processor.image_processor.size = {"shortest_edge": args.image_side**2, "longest_edge": args.image_side**2}
+    torch.manual_seed(0)
+    model = build_model(processor, dims, device, dtype)
+    if device.type == "cuda":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    batch = make_batch(processor, device, args.completions, args.completion_length, args.image_side, 600)
+    print(
+        f"{'tiny' if args.tiny else 'Qwen2.5-VL-3B-shaped'} model, {sum(p.numel() for p in model.parameters()) / 1e9:.2f}B "
+        f"parameters, {dtype}, {device}; prompt {batch['prompt_ids'].shape[1]} tokens "
+        f"({int(batch['image_grid_thw'][0].prod()) // 4} visual), {args.completions} x {args.completion_length} "
+        f"completion tokens"
+    )
+    results = {}
+    with tempfile.TemporaryDirectory() as output_dir:
+        for name, settings in METHODS.items():
+            results[name] = run_method(name, settings, model, processor, batch, args, device, output_dir)
+            r = results[name]
+            print(
+                f"{name:<14} step {r['step']:.3f} s  compute_loss {r['compute_loss']:.3f} s  "
+                f"loss fwd {r.get('loss_forward', 0):.3f} s  perturbed fwd {r.get('perturbed_forward', 0):.3f} s  "
+                f"signals {r.get('signals', 0):.3f} s  backward {r['backward']:.3f} s  peak {r['peak_memory_gb']:.2f} GB"
+                + (f"  tile {r['tile_size']}" if r["tile_size"] else "")
+            )
+    forward = no_grad_forward_seconds(model, batch, device)
+    entropy, vepo = results["entropy_top20"], results["vepo"]
+    bound = (entropy["compute_loss"] + forward) * 1.10
+    memory_ratio = vepo["peak_memory_gb"] / entropy["peak_memory_gb"] if device.type == "cuda" else float("nan")
+    print(f"no-grad forward {forward:.3f} s")
+    print(
+        f"VEPO compute_loss {vepo['compute_loss']:.3f} s vs bound (entropy + one no-grad forward) x 1.10 = {bound:.3f} s: "
+        f"{'within' if vepo['compute_loss'] <= bound else 'OVER'}; peak memory VEPO / entropy = {memory_ratio:.3f}"
+    )
+    print(
+        json.dumps(
+            {
+                "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                "model": "tiny" if args.tiny else "qwen2.5-vl-3b-shaped",
+                "no_grad_forward_seconds": forward,
+                "vepo_compute_loss_bound_seconds": bound,
+                "vepo_within_time_bound": vepo["compute_loss"] <= bound,
+                "peak_memory_ratio_vepo_over_entropy": memory_ratio,
+                **{name: result for name, result in results.items()},
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -42,6 +42,8 @@ def test_only_vepo_fields_are_added_and_each_has_help():
         "eval_selection",
         "score_zero_advantage_rows",
         "log_selection_diagnostics",
+        "selection_samples_steps",
+        "selection_samples_count",
         "perturbation",
         "noise_step",
         "noise_annealing",

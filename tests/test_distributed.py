@@ -3,6 +3,7 @@ completion masked) finish their training steps: every process enters every colle
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,13 +15,20 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "distributed" / "mixed_ranks.py"
 
 
+def free_port() -> int:
+    # A port of our own: another launch on this machine (a parallel job, a leftover rank) may hold the default one
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def launch_two_processes(tmp_path, model_dir, scenario):
     output = tmp_path / scenario
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     command = [
         sys.executable, "-m", "accelerate.commands.launch",
         "--config_file", str(REPO / "recipes" / "accelerate_configs" / "ddp.yaml"),
-        "--num_processes", "2", "--mixed_precision", "no",
+        "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(free_port()),
         str(SCRIPT), str(output), model_dir, scenario,
     ]  # fmt: skip
     try:

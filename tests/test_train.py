@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -235,6 +236,13 @@ def test_demo_summary_states_exactly_what_ran(tmp_path, argv, present, absent):
         assert text not in summary, (text, summary)
 
 
+def free_port() -> int:
+    # A port of our own: another launch on this machine (a parallel job, a leftover rank) may hold the default one
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 @pytest.mark.slow
 def test_accelerate_launch_two_cpu_processes(tmp_path):
     """The ddp recipe config with 2 CPU processes (gloo) trains a few VEPO steps to the end."""
@@ -244,7 +252,7 @@ def test_accelerate_launch_two_cpu_processes(tmp_path):
         sys.executable, "-m", "accelerate.commands.launch",
         "--config_file", str(REPO / "recipes" / "accelerate_configs" / "ddp.yaml"),
         # The config's multi-process launcher (torchrun); the recipe's use_cpu puts both ranks on gloo
-        "--num_processes", "2", "--mixed_precision", "no",
+        "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(free_port()),
         str(REPO / "vepo_trl" / "train.py"),
         "--config", str(TINY_RECIPE), "--output_dir", str(output),
         "--max_steps", "3", "--synthetic_rows", "16", "--logging_steps", "1",

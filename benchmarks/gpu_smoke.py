@@ -28,6 +28,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
+from transformers.trainer_callback import PrinterCallback, ProgressCallback  # noqa: E402
 
 from vepo_trl import VEPOConfig, VEPOTrainer  # noqa: E402
 from vepo_trl.data import synthetic_training_dataset  # noqa: E402
@@ -58,7 +59,14 @@ def cases(quick: bool):
     yield "beta=0.04 (reference model, KL)", {"beta": 0.04}
     yield "rollout-time scoring (steps_per_generation=2)", {"steps_per_generation": 2}
     yield "num_iterations=2", {"num_iterations": 2}
-    yield "GSPO (importance_sampling_level=sequence)", {"importance_sampling_level": "sequence", "loss_type": "grpo"}
+    yield (
+        "GSPO, full strategy (importance_sampling_level=sequence)",
+        {
+            "importance_sampling_level": "sequence",
+            "loss_type": "grpo",
+            "selection_strategy": "full",
+        },
+    )
     yield "entropy_coef=1e-3 (all tokens)", {"entropy_coef": 1e-3}
     yield "entropy_coef=1e-3 (selected tokens)", {"entropy_coef": 1e-3, "entropy_scope": "selected"}
     yield "selection_mode=weight", {"selection_mode": "weight"}
@@ -93,6 +101,9 @@ def run_case(model_dir, dataset, overrides, cpu: bool):
         trainer = VEPOTrainer(
             model=model_dir, reward_funcs=length_reward, args=args, train_dataset=dataset, peft_config=peft_config
         )
+        # One line per case: the per-step metric dicts stay in the trainer's log history
+        trainer.remove_callback(ProgressCallback)
+        trainer.remove_callback(PrinterCallback)
         before = {n: p.detach().float().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
         trainer.train()
         logs = [entry for entry in trainer.state.log_history if "loss" in entry]

@@ -180,3 +180,48 @@ def test_selection_samples_are_written_and_render(tiny_model_dir, visual_dataset
 def test_empty_train_dataset_is_refused(tiny_model_dir, visual_dataset, tmp_path):
     with pytest.raises(ValueError, match="train_dataset is empty"):
         make_trainer(tiny_model_dir, visual_dataset.select([]), tmp_path)
+
+
+def test_rollout_path_skips_zero_advantage_responses_too(tiny_model_dir, visual_dataset, tmp_path):
+    """On TRL's rollout-time path the perturbed forwards run once the advantages exist, so they skip too."""
+
+    def half_constant_reward(completions, **kwargs):
+        # The first prompt's completions get varied rewards, the second prompt's all the same (advantage 0)
+        half = len(completions) // 2
+        return [float(len(c[0]["content"]) % 5) if i < half else 1.0 for i, c in enumerate(completions)]
+
+    args = make_config(tmp_path, steps_per_generation=2)
+    trainer = VEPOTrainer(
+        model=tiny_model_dir, reward_funcs=half_constant_reward, args=args, train_dataset=visual_dataset
+    )
+    captured = {}
+    generate = trainer._generate_and_score_completions
+
+    def keep_output(inputs):
+        captured["output"] = generate(inputs)
+        return captured["output"]
+
+    trainer._generate_and_score_completions = keep_output
+    first_batch(trainer)
+    output = captured["output"]
+    assert SELECTION_KEY in output, "scored at rollout, before TRL's shuffle and split"
+    zero = int((output["advantages"] == 0).sum())
+    assert zero >= 4 and trainer.num_skipped_completions == zero
+    assert trainer.num_perturbed_completions == output["advantages"].numel() - zero
+
+
+def test_peft_reference_forward_is_not_taken_for_the_policy(tiny_model_dir, visual_dataset, tmp_path):
+    """With LoRA and beta > 0, TRL's reference forward is the policy model with its adapters off. When TRL runs no
+    rollout-time policy forward (aligned steps), that reference forward must not be scored as the policy's."""
+    args = make_config(tmp_path, beta=0.1)
+    trainer = VEPOTrainer(
+        model=tiny_model_dir,
+        reward_funcs=length_reward,
+        args=args,
+        train_dataset=visual_dataset,
+        peft_config=LoraConfig(target_modules=["q_proj", "v_proj"], r=8, lora_alpha=16, init_lora_weights=False),
+    )
+    inputs = first_batch(trainer)
+    assert "ref_per_token_logps" in inputs and SELECTION_KEY not in inputs  # made at first use, with the adapters on
+    trainer.compute_loss(trainer.model, inputs)
+    assert SELECTION_KEY in inputs and trainer.num_perturbed_completions > 0

@@ -236,8 +236,20 @@ class VEPOConfig(GRPOConfig):
             raise ValueError(f"noise_annealing_coefficient must be positive, got {self.noise_annealing_coefficient}.")
         if self.selection_mode not in ("mask", "weight"):
             raise ValueError(f"selection_mode must be 'mask' or 'weight', got {self.selection_mode!r}.")
-        if self.selection_mode == "weight" and not self.selection_weight >= 0:
+        self.selection_weight = _finite_number("selection_weight", self.selection_weight)
+        if self.selection_weight < 0:
             raise ValueError(f"selection_weight must be a non-negative number, got {self.selection_weight}.")
+        if self.importance_sampling_level == "sequence" and self.selection_strategy != "full":
+            raise ValueError(
+                "importance_sampling_level='sequence' (GSPO) uses one ratio per response, averaged over all its "
+                f"tokens, so selection_strategy={self.selection_strategy!r} could only reweight whole responses, not "
+                "choose tokens. Use importance_sampling_level='token' with token selection, or selection_strategy="
+                "'full' for GSPO."
+            )
+        if self.selection_mode == "weight" and self.top_entropy_quantile < 1.0:
+            raise ValueError(
+                "selection_mode='weight' and top_entropy_quantile < 1 both weight the policy-gradient term; use one."
+            )
         if self.entropy_scope not in ("all", "selected"):
             raise ValueError(f"entropy_scope must be 'all' or 'selected', got {self.entropy_scope!r}.")
         if self.loss_type not in SUPPORTED_LOSS_TYPES:
@@ -250,6 +262,8 @@ class VEPOConfig(GRPOConfig):
                 "use_adaptive_entropy is not supported with token selection: its controller would see TRL's masked "
                 "entropy, not VEPO's entropy_scope. Use a fixed entropy_coef, or selection_strategy='full'."
             )
+        self.selection_samples_steps = _whole_number("selection_samples_steps", self.selection_samples_steps)
+        self.selection_samples_count = _whole_number("selection_samples_count", self.selection_samples_count)
         if self.selection_samples_steps < 0 or self.selection_samples_count < 1:
             raise ValueError(
                 f"selection_samples_steps must be >= 0 and selection_samples_count >= 1, got "

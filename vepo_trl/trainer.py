@@ -22,7 +22,7 @@ from __future__ import annotations
 import inspect
 import os
 import textwrap
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,11 +76,14 @@ _ROW_KEYS = ("token_type_ids", "mm_token_type_ids")
 
 @dataclass
 class _RolloutScoring:
-    """State of the scoring that rides on TRL's rollout-time forward (`old_per_token_logps`)."""
+    """What the scoring takes from TRL's rollout-time forward (`old_per_token_logps`)."""
 
     done: bool = False
-    signals: list[TokenSignals] = field(default_factory=list)  # per chunk, `(b, T)` each
-    scored: list[torch.Tensor] = field(default_factory=list)  # per chunk, `(b,)` rows that got a perturbed pass
+    signals: list[TokenSignals] = field(default_factory=list)  # per chunk: clean entropy / log-prob, `(b, T)` each
+    # Per image row with a valid token: its completion tokens' clean hidden states `(n_valid, d)`, kept on the CPU
+    # until the advantages exist (then zero-advantage rows can skip their perturbed forward)
+    clean: dict[int, torch.Tensor] = field(default_factory=dict)
+    batch_size: int = 1
 
 
 def _take_rows(inputs: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
@@ -269,7 +272,8 @@ class VEPOTrainer(GRPOTrainer):
             return 64
         # Largest power of two in [64, 1024] whose five (tile, V) fp32 tensors take at most a tenth of free memory
         free, _ = torch.cuda.mem_get_info(device)
-        vocab = self._lm_head(self.model).weight.shape[0]
+        # From the config: a ZeRO-3 partitioned head reports shape (0,)
+        vocab = self._base_model(self.model).config.get_text_config().vocab_size
         tile = 64
         while tile < 1024 and 5 * (2 * tile) * vocab * 4 <= free / 10:
             tile *= 2
@@ -338,9 +342,9 @@ class VEPOTrainer(GRPOTrainer):
                     **multimodal,
                 )
             self._rollout.signals.append(TokenSignals(entropy=entropies.float(), logp=logps.float()))
-            self._rollout.scored.append(torch.zeros(input_ids.size(0), dtype=torch.bool, device=input_ids.device))
             return logps, entropies if compute_entropy else None, aux_loss
         batch_size = batch_size or input_ids.size(0)
+        self._rollout.batch_size = batch_size
         has_image = self._rows_with_image(multimodal.get("num_images"), multimodal.get("pixel_values"), input_ids)
         completion_valid = attention_mask[:, -logits_to_keep:].bool()
         logps, entropies, aux_losses = [], [], []
@@ -361,26 +365,20 @@ class VEPOTrainer(GRPOTrainer):
             logps.append(chunk_logps)
             entropies.append(chunk_entropies)
             aux_losses.append(aux)
-            rows = has_image[start:end] & completion_valid[start:end].any(-1)
-            signals = self._perturbed_signals(
-                model,
-                input_ids[start:end],
-                attention_mask[start:end],
-                logits_to_keep,
-                chunk_inputs,
-                self._completion_hidden(captured, logits_to_keep),
-                TokenSignals(entropy=chunk_entropies.float(), logp=chunk_logps.float()),
-                rows,
-                completion_valid[start:end],
-            )
-            self._rollout.signals.append(signals)
-            self._rollout.scored.append(rows)
+            self._rollout.signals.append(TokenSignals(entropy=chunk_entropies.float(), logp=chunk_logps.float()))
+            hidden = self._completion_hidden(captured, logits_to_keep)
+            del captured
+            valid = completion_valid[start:end]
+            for offset in (has_image[start:end] & valid.any(-1)).nonzero().squeeze(-1).tolist():
+                # Only the valid tokens' states, off the accelerator: a generation batch's worth would not fit
+                self._rollout.clean[start + offset] = hidden[offset][valid[offset]].to("cpu", non_blocking=True)
         aux_loss = torch.stack(aux_losses).mean() if compute_aux_loss else None
         return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, aux_loss
 
     def _scoring_mode(self, model):
-        """Dropout off for a scoring forward (a no-op context when the model has none)."""
-        return _eval_mode(model) if self._dropout else nullcontext()
+        """A scoring forward runs as in inference: dropout off, and no activation checkpointing (its no-grad pass has
+        no backward to save memory for). Every module's training flag is restored after."""
+        return _eval_mode(model)
 
     def current_noise_step(self) -> int:
         if not self.args.noise_annealing:
@@ -429,27 +427,24 @@ class VEPOTrainer(GRPOTrainer):
         return self._completion_hidden(captured, length)
 
     @torch.no_grad()
-    def _perturbed_signals(
-        self, model, input_ids, attention_mask, length, multimodal, clean_hidden, signals, rows, valid
-    ) -> TokenSignals:
-        """Signals of the responses `rows` `(b,)` from their clean hidden states (`(b, T, d)`, or `None` to run a clean
-        dropout-free forward here) and one perturbed forward. Every process runs exactly one perturbed forward (a dummy
-        when `rows` is empty) and one signal pass (possibly over no token), so collectives line up across ranks."""
-        index = rows.nonzero().squeeze(-1)
+    def _score_rows(self, inputs, index: torch.Tensor, clean_tokens: torch.Tensor) -> TokenSignals:
+        """Signals of the responses `index` `(n,)` of a batch, over their valid completion tokens (flattened, row by
+        row, `(N,)` each), from their clean hidden states `clean_tokens` `(N, d)` and one perturbed forward.
+
+        Every process calls this the same number of times, with or without rows: with none, a one-image dummy forward
+        stands in for the perturbed one and the signal pass runs over no token, so parameter gathers (ZeRO-3, FSDP)
+        and the LM-head gather line up across processes."""
+        model = self.model
+        input_ids, attention_mask = self._sequence(inputs)
+        length = inputs["completion_ids"].size(1)
+        valid = inputs["completion_mask"].bool()
         if index.numel() == 0:
-            if clean_hidden is None:
-                self._dummy_forward(model)
             self._dummy_forward(model)
             hidden_size = self._base_model(model).config.get_text_config().hidden_size
-            clean = perturbed = torch.zeros(0, hidden_size, device=input_ids.device)
-            token_rows = torch.zeros_like(valid)
+            perturbed = clean_tokens.new_zeros(0, hidden_size)
+            targets = input_ids.new_zeros(0)
         else:
-            row_inputs = _take_rows(multimodal, index)
-            ids, mask = input_ids[index], attention_mask[index]
-            if clean_hidden is None:
-                clean_hidden = self._hidden_forward(model, ids, mask, length, row_inputs)
-            else:
-                clean_hidden = clean_hidden[index]
+            row_inputs = _take_rows(inputs, index)
             perturbed_pixels = perturb_pixel_values(
                 self.args.perturbation,
                 row_inputs["pixel_values"],
@@ -462,21 +457,19 @@ class VEPOTrainer(GRPOTrainer):
                 patch_probability=self.args.patch_probability,
                 num_generations=self.num_generations,
             )
+            ids, mask = input_ids[index], attention_mask[index]
             perturbed_hidden = self._hidden_forward(model, ids, mask, length, row_inputs, perturbed_pixels)
+            perturbed = perturbed_hidden[valid[index]]
+            targets = inputs["completion_ids"][index][valid[index]]
             self.num_perturbed_completions += int(index.numel())
-            token_rows = torch.zeros_like(valid)
-            token_rows[index] = valid[index]
-            sub_valid = valid[index]
-            clean, perturbed = clean_hidden[sub_valid], perturbed_hidden[sub_valid]
         wanted = set(self.selection.signals)
         if self.args.log_selection_diagnostics:
             wanted |= {"jsd", "entropy", "perturbed_entropy"}
         head = self._lm_head(model)
         text_config = self._base_model(model).config.get_text_config()
         logit_scale = getattr(text_config, "logit_scale", None)
-        targets = input_ids[:, input_ids.size(1) - length :][token_rows]
-        computed = token_signals(
-            clean,
+        return token_signals(
+            clean_tokens.to(perturbed.device, perturbed.dtype),
             perturbed,
             head.weight,
             head.bias,
@@ -487,12 +480,40 @@ class VEPOTrainer(GRPOTrainer):
             final_logit_softcapping=getattr(text_config, "final_logit_softcapping", None),
             tile_size=self._tile_size(input_ids.device),
         )
-        for name in wanted:
-            values = scatter_to_rows(getattr(computed, name), token_rows)
+
+    def _rows_to_score(self, inputs) -> torch.Tensor:
+        """`(B,)` responses that need their own perturbed forward: an image, a valid token, and (unless the loss can
+        read their mask, or asked) a non-zero advantage. Counts the skipped ones."""
+        rows = self._has_image(inputs) & inputs["completion_mask"].bool().any(-1)
+        if not (self.args.score_zero_advantage_rows or self._mask_can_matter()):
+            skipped = rows & (inputs["advantages"] == 0)
+            self.num_skipped_completions += int(skipped.sum())
+            rows = rows & ~skipped
+        return rows
+
+    def _signals_for_rows(self, inputs, signals: TokenSignals, rows: torch.Tensor, clean_of_row, batch_size: int):
+        """Score the responses `rows` `(B,)` in chunks of `batch_size`, `clean_of_row(i)` giving response i's clean
+        token states; every process runs as many chunks as the process with the most (the others run dummies).
+        Writes the signals into `signals` (`(B, T)` fields) for those responses."""
+        index = rows.nonzero().squeeze(-1)
+        chunks = max(1, -(-int(index.numel()) // batch_size))
+        # The same number of scoring passes on every process, whatever each one's share of images and advantages
+        chunks = int(self.accelerator.gather(torch.tensor([chunks], device=rows.device)).max())
+        valid = inputs["completion_mask"].bool()
+        token_rows = torch.zeros_like(valid)
+        token_rows[index] = valid[index]
+        pieces: list[TokenSignals] = []
+        hidden_size = self._base_model(self.model).config.get_text_config().hidden_size
+        for chunk in range(chunks):
+            chunk_index = index[chunk * batch_size : (chunk + 1) * batch_size]
+            clean = [clean_of_row(int(i)) for i in chunk_index]
+            clean = torch.cat(clean) if clean else torch.zeros(0, hidden_size, device=rows.device)
+            pieces.append(self._score_rows(inputs, chunk_index, clean.to(rows.device, non_blocking=True)))
+        for name in pieces[0].computed():
+            values = scatter_to_rows(torch.cat([getattr(piece, name) for piece in pieces]), token_rows)
             current = getattr(signals, name)
-            # Rows without a perturbed pass keep what the forward gave (their entropy ranks them); the scored rows'
-            # clean entropy is recomputed on the same fp32 path as the perturbed one, so their gap carries no
-            # difference between the fused head and the tiles
+            # The other responses keep what the forward gave (their entropy ranks them); the scored ones' clean entropy
+            # is recomputed on the same fp32 path as the perturbed one, so their gap carries no fused-head difference
             setattr(signals, name, values if current is None else torch.where(token_rows, values, current))
         return signals
 
@@ -551,26 +572,21 @@ class VEPOTrainer(GRPOTrainer):
         """The mask of a slice whose batch TRL did not score at rollout: its first use is still the rollout policy."""
         logps, entropies, _ = forward
         mask = self._loss_mask(inputs)
+        length = inputs["completion_ids"].size(1)
+        if self._dropout and self.model.training:
+            # The loss forward is random under dropout: the clean side comes from a dropout-free forward of the whole
+            # micro-batch (text-only responses are ranked by its entropies too)
+            with self._capture_final_hidden(self.model) as captured:
+                logps, entropies, _ = self._rollout_free_forward(inputs)
         signals = TokenSignals(entropy=entropies.detach().float(), logp=logps.detach().float())
         scored = torch.zeros(mask.size(0), dtype=torch.bool, device=mask.device)
         if self.selection.needs_perturbed_pass:
-            rows = self._has_image(inputs) & mask.any(-1)
-            if not (self.args.score_zero_advantage_rows or self._mask_can_matter()):
-                skipped = rows & (inputs["advantages"] == 0)
-                self.num_skipped_completions += int(skipped.sum())
-                rows = rows & ~skipped
-            input_ids, attention_mask = self._sequence(inputs)
-            length = inputs["completion_ids"].size(1)
-            # With dropout, the loss forward is random: the clean side gets its own dropout-free forward
-            clean_hidden = None if self._dropout else self._completion_hidden(captured, length)
-            signals = self._perturbed_signals(
-                self.model, input_ids, attention_mask, length, inputs, clean_hidden, signals, rows, mask
+            scored = self._rows_to_score(inputs)
+            hidden = self._completion_hidden(captured, length)
+            valid = inputs["completion_mask"].bool()
+            signals = self._signals_for_rows(
+                inputs, signals, scored, lambda i: hidden[i][valid[i]], inputs["completion_ids"].size(0)
             )
-            scored = rows
-        elif self._dropout and self.selection.needs_signals:
-            # Entropy-only strategies: the clean entropies from a dropout-free forward
-            logps, entropies, _ = self._rollout_free_forward(inputs)
-            signals = TokenSignals(entropy=entropies.float(), logp=logps.float())
         selected = self._select(inputs, signals, scored)
         self._log_selection(inputs, signals, selected, scored)
         return selected
@@ -618,7 +634,7 @@ class VEPOTrainer(GRPOTrainer):
             flag = torch.tensor([float(images is not None)], device=self.accelerator.device)
             with_images = int(self.accelerator.reduce(flag, reduction="sum").item())
             own_image_logging = 0 < with_images < self.accelerator.num_processes
-        active = self._selection_active() and self.selection.needs_signals
+        active = self._selection_active() and self.selection.needs_signals and self._trl_scores_at_rollout()
         self._rollout = _RolloutScoring() if active else None
         if own_image_logging:
             self.log_multimodal = False
@@ -635,14 +651,24 @@ class VEPOTrainer(GRPOTrainer):
             return output
         mask = self._loss_mask(output)
         if rollout is not None and rollout.done:
-            # Scored on TRL's rollout-time forward, with the weights that sampled the batch
+            # Scored with the weights that sampled the batch: clean side from TRL's rollout-time forward, perturbed
+            # forwards now (the advantages tell which responses can skip theirs), before any optimiser step
             signals = TokenSignals(
                 **{
                     name: torch.cat([getattr(chunk, name) for chunk in rollout.signals])
                     for name in rollout.signals[0].computed()
                 }
             )
-            scored = torch.cat(rollout.scored) & mask.any(-1)
+            scored = torch.zeros_like(mask[:, 0])
+            if self.selection.needs_perturbed_pass:
+                scored = self._rows_to_score(output)
+                # A response TRL's forward saw no valid token of (all masked) has no stored state: nothing to score
+                scored &= torch.tensor(
+                    [i in rollout.clean for i in range(scored.numel())], dtype=torch.bool, device=scored.device
+                )
+                signals = self._signals_for_rows(
+                    output, signals, scored, rollout.clean.__getitem__, rollout.batch_size
+                )
             output[SELECTION_KEY] = self._select(output, signals, scored)
             output[SCORED_KEY] = scored
             self._log_selection(output, signals, output[SELECTION_KEY], scored)
@@ -661,6 +687,15 @@ class VEPOTrainer(GRPOTrainer):
             valid_total, selected_total = self.accelerator.reduce(counts, reduction="sum").tolist()
             output[COUNT_SCALE_KEY] = torch.tensor(valid_total / max(selected_total, 1.0), device=mask.device)
         return output
+
+    def _trl_scores_at_rollout(self) -> bool:
+        """Whether GRPOTrainer runs its no-grad `old_per_token_logps` forward at rollout (its own condition). Only
+        then is the policy's first rollout forward that one (otherwise it may be a PEFT reference forward)."""
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        return bool(
+            self.args.gradient_accumulation_steps % generate_every != 0
+            or (self.use_vllm and self.vllm_importance_sampling_correction)
+        )
 
     def _count_scale(self, inputs) -> float | torch.Tensor | None:
         if self.loss_type in TOKEN_COUNT_NORMALISED_LOSSES:
@@ -692,7 +727,8 @@ class VEPOTrainer(GRPOTrainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         mode = "train" if self.model.training else "eval"
         first_use = self._selection_active() and SELECTION_KEY not in inputs
-        capture = first_use and self.selection.needs_perturbed_pass and not self._dropout
+        # Under dropout (in training) the clean side needs its own dropout-free forward; otherwise the loss forward's
+        capture = first_use and self.selection.needs_perturbed_pass and not (self._dropout and self.model.training)
         with self._capture_final_hidden(model, capture) as captured:
             forward = self._forward(model, inputs)
         if first_use:
@@ -836,9 +872,11 @@ class VEPOTrainer(GRPOTrainer):
         steps, for `vepo-trl inspect --records`. Local to the main process: no collective."""
         every = self.args.selection_samples_steps
         step = self.state.global_step
-        if not every or step % every or not self.model.training or not self.accelerator.is_main_process:
+        if not every or not self.model.training or not self.accelerator.is_main_process:
             return
-        if getattr(self, "_samples_written_at", None) == step or signals.entropy is None:
+        last = getattr(self, "_samples_written_at", None)
+        # Masks are made at rollouts, which need not fall on multiples of `every`: write at the first one due
+        if (last is not None and step - last < every) or signals.entropy is None:
             return
         self._samples_written_at = step
         from .insight.records import records_from_signals, save_records

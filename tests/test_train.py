@@ -98,7 +98,7 @@ def test_demo_leaves_model_metrics_and_summary(tmp_path, capsys):
     # 2 steps of 8 completions (2 prompts x 4), each through exactly one perturbed forward unless its advantage is 0
     assert "with VEPO for 2 steps" in summary
     counts = re.search(
-        r"(\d+) sampled completions each went through one perturbed-image forward(?:; (\d+) more)?", summary
+        r"(\d+) sampled completions each went through one perturbed-image forward(?: \((\d+) more)?", summary
     )
     assert counts and int(counts[1]) + int(counts[2] or 0) == 16
     assert "`diffusion` at noise step 500" in summary and "nan" not in summary

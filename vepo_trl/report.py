@@ -124,15 +124,16 @@ def run_summary(trainer, seconds: float, command: str = "demo") -> str:
     ]
     if strategy.needs_perturbed_pass:
         skipped = getattr(trainer, "num_skipped_completions", 0)
+        scored = trainer.num_perturbed_completions
         skip_note = (
-            f"; {skipped} more had a zero advantage and skipped it (their selection cannot change the loss)"
+            f" ({skipped} more had a zero advantage, so their selection could not change the loss and their "
+            "perturbed forward was skipped)"
             if skipped
             else ""
         )
         lines.append(
             f"- Perturbation: {perturbation_text(args, series('vepo/noise_step'), trainer.state.max_steps)}; "
-            f"{trainer.num_perturbed_completions} sampled completions each went through one perturbed-image "
-            f"forward{skip_note}."
+            f"{scored} sampled completions each went through one perturbed-image forward{skip_note}."
         )
     else:
         lines.append(f"- No perturbed pass: strategy `{strategy.name}` needs none.")
@@ -154,10 +155,15 @@ def run_summary(trainer, seconds: float, command: str = "demo") -> str:
             lines.append(f"- Tokens trained on: {_percent(fraction)} of valid completion tokens.")
         if strategy.needs_perturbed_pass:
             jsd, gap = _mean(series("vepo/jsd_mean")), _mean(series("vepo/entropy_gap_abs_mean"))
-            lines.append(
-                f"- Mean JSD between clean and perturbed next-token distributions: {_number(jsd)} nats; "
-                f"mean |entropy gap| {_number(gap)} nats."
-            )
+            if jsd is None and gap is None and trainer.num_perturbed_completions == 0:
+                lines.append(
+                    "- Mean JSD and |entropy gap|: none measured, no completion went through the perturbed forward."
+                )
+            else:
+                lines.append(
+                    f"- Mean JSD between clean and perturbed next-token distributions: {_number(jsd)} nats; "
+                    f"mean |entropy gap| {_number(gap)} nats."
+                )
             if args.log_selection_diagnostics:
                 missed_entropy = _mean(series("vepo/top_jsd_missed_by_entropy"))
                 missed_selection = _mean(series("vepo/top_jsd_missed_by_selection"))

@@ -369,9 +369,13 @@ class VEPOTrainer(GRPOTrainer):
             hidden = self._completion_hidden(captured, logits_to_keep)
             del captured
             valid = completion_valid[start:end]
-            for offset in (has_image[start:end] & valid.any(-1)).nonzero().squeeze(-1).tolist():
-                # Only the valid tokens' states, off the accelerator: a generation batch's worth would not fit
-                self._rollout.clean[start + offset] = hidden[offset][valid[offset]].to("cpu", non_blocking=True)
+            rows = (has_image[start:end] & valid.any(-1)).nonzero().squeeze(-1)
+            if rows.numel():
+                # Only the valid tokens' states, off the accelerator (a generation batch's worth would not fit), in
+                # one blocking copy per chunk
+                states = hidden[rows][valid[rows]].cpu().split(valid[rows].sum(-1).tolist())
+                for offset, state in zip(rows.tolist(), states):
+                    self._rollout.clean[start + offset] = state
         aux_loss = torch.stack(aux_losses).mean() if compute_aux_loss else None
         return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, aux_loss
 
@@ -508,7 +512,7 @@ class VEPOTrainer(GRPOTrainer):
             chunk_index = index[chunk * batch_size : (chunk + 1) * batch_size]
             clean = [clean_of_row(int(i)) for i in chunk_index]
             clean = torch.cat(clean) if clean else torch.zeros(0, hidden_size, device=rows.device)
-            pieces.append(self._score_rows(inputs, chunk_index, clean.to(rows.device, non_blocking=True)))
+            pieces.append(self._score_rows(inputs, chunk_index, clean.to(rows.device)))
         for name in pieces[0].computed():
             values = scatter_to_rows(torch.cat([getattr(piece, name) for piece in pieces]), token_rows)
             current = getattr(signals, name)

@@ -225,3 +225,16 @@ def test_peft_reference_forward_is_not_taken_for_the_policy(tiny_model_dir, visu
     assert "ref_per_token_logps" in inputs and SELECTION_KEY not in inputs  # made at first use, with the adapters on
     trainer.compute_loss(trainer.model, inputs)
     assert SELECTION_KEY in inputs and trainer.num_perturbed_completions > 0
+
+
+def test_selection_metrics_of_the_release(tiny_model_dir, visual_dataset, tmp_path):
+    trainer = make_trainer(tiny_model_dir, visual_dataset, tmp_path, score_zero_advantage_rows=True)
+    inputs = first_batch(trainer)
+    trainer.compute_loss(trainer.model, inputs)
+    metrics = {name: values[-1] for name, values in trainer._metrics["train"].items() if values}
+    assert 0.0 < metrics["vepo/score_mean"] < 1.0 and metrics["vepo/score_std"] > 0.0
+    # VEPO keeps the tokens the image moves: their JSD and |dH| exceed the response average
+    assert metrics["vepo/jsd_selected_mean"] > metrics["vepo/jsd_mean"]
+    assert metrics["vepo/entropy_gap_abs_selected_mean"] > metrics["vepo/entropy_gap_abs_mean"]
+    assert 0.0 <= metrics["vepo/entropy_gap_positive_fraction"] <= 1.0
+    assert metrics["vepo/selected_fraction_std"] >= 0.0

@@ -40,12 +40,14 @@ from .scoring import (
     TOKEN_COUNT_NORMALISED_LOSSES,
     TokenSignals,
     get_strategy,
+    minmax_normalize,
     policy_token_weights,
     row_seeds,
     scatter_to_rows,
     select_tokens,
     selection_miss_counts,
     token_signals,
+    vepo_score,
 )
 
 
@@ -794,6 +796,15 @@ class VEPOTrainer(GRPOTrainer):
         def masked_sum(values, where):
             return (values.float() * where).sum() if values is not None else zero
 
+        # VEPO's score c = g * h of every scored token (the release logs its mean and spread)
+        score = None
+        if signals.jsd is not None and signals.entropy is not None and signals.perturbed_entropy is not None:
+            score = vepo_score(
+                minmax_normalize(signals.jsd, visual),
+                minmax_normalize(signals.entropy_gap.abs(), visual),
+                minmax_normalize(signals.entropy, visual),
+                self.args.selection_alpha,
+            )
         jsd_total = entropy_misses = selection_misses = 0
         if signals.jsd is not None and signals.entropy is not None and bool(visual.any()):
             jsd_total, entropy_misses, selection_misses = selection_miss_counts(
@@ -831,12 +842,14 @@ class VEPOTrainer(GRPOTrainer):
                 (share * has_tokens).sum(),
                 (share.square() * has_tokens).sum(),
                 has_tokens.sum().float(),
+                masked_sum(score, visual),
+                masked_sum(score.square() if score is not None else None, visual),
             ]
         )
         (
             valid, kept, h_all, h_kept, n_kept_own, n_visual, jsd, gap_sum, jsd_kept, gap_kept, gap_positive,
             n_kept_visual, top_jsd, ent_miss, sel_miss, n_img, n_rows, n_img_valid, n_scored, share_sum, share_sq,
-            n_responses,
+            n_responses, score_sum, score_sq,
         ) = self.accelerator.reduce(stats, reduction="sum").tolist()  # fmt: skip
         metrics = self._metrics[mode]
         if valid > 0:  # nothing to report of a batch whose completions are all masked
@@ -861,6 +874,10 @@ class VEPOTrainer(GRPOTrainer):
             if gap is not None:
                 metrics["vepo/entropy_gap_abs_mean"].append(gap_sum / n_visual)
                 metrics["vepo/entropy_gap_positive_fraction"].append(gap_positive / n_visual)
+            if score is not None:
+                score_mean = score_sum / n_visual
+                metrics["vepo/score_mean"].append(score_mean)
+                metrics["vepo/score_std"].append(max(score_sq / n_visual - score_mean**2, 0.0) ** 0.5)
             if n_kept_visual > 0:
                 if signals.jsd is not None:
                     metrics["vepo/jsd_selected_mean"].append(jsd_kept / n_kept_visual)

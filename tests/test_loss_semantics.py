@@ -109,6 +109,8 @@ def test_entropy_bonus_scope(tiny_model_dir, visual_dataset, tmp_path, scope):
         tokens = tokens & inputs[SELECTION_KEY]
     # L = L_policy - coef * mean entropy over the scope's tokens
     torch.testing.assert_close(with_bonus, plain - 0.5 * entropies[tokens].mean(), rtol=1e-5, atol=1e-6)
+    # TRL's `policy_loss` metric: the loss before the bonus
+    torch.testing.assert_close(trainer._metrics["train"]["policy_loss"][-1], float(plain), rtol=1e-5, atol=1e-6)
 
 
 def test_weight_mode_trains_every_token_with_selected_ones_weighted(tiny_model_dir, visual_dataset, tmp_path):

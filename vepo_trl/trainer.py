@@ -763,9 +763,13 @@ class VEPOTrainer(GRPOTrainer):
             self._pending_forward, self._token_weights = None, None
             self._entropy_bonus_enabled = bonus_enabled
         if own_bonus:
+            # TRL logs `policy_loss` (the loss before the bonus, without the accumulation scaling) in its bonus block
+            accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+            unscaled = 1.0 if self.loss_type in TOKEN_COUNT_NORMALISED_LOSSES else accumulation
+            policy_loss = loss.detach() * unscaled
+            self._metrics[mode]["policy_loss"].append(self.accelerator.gather(policy_loss).nanmean().item())
             scope = valid if self.args.entropy_scope == "all" else valid & inputs[SELECTION_KEY].bool()
             scope = scope.to(forward[1].dtype)
-            accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
             entropy = (forward[1] * scope).sum() / scope.sum().clamp(min=1.0) / accumulation
             loss = loss - self.entropy_coef * entropy
             if mode == "train" and self.accelerator.sync_gradients:

@@ -111,6 +111,8 @@ def run_summary(trainer, seconds: float, command: str = "demo") -> str:
     tiny = "tiny-qwen2.5-vl" in model_name
     if tiny:
         model_name = "the tiny random Qwen2.5-VL"
+    elif "lab-warm-start" in model_name:
+        model_name = "the lab's warm start (a small Qwen2.5-VL supervised-fine-tuned on counting and colour tasks)"
     parameters = sum(p.numel() for p in trainer.model.parameters())
     device = trainer.accelerator.device.type
     where = "the CPU" if device == "cpu" else f"{trainer.accelerator.num_processes} x {device.upper()}"

@@ -82,7 +82,7 @@ def test_datasets_have_trl_columns():
     assert set(sft.column_names) >= {"prompt", "completion", "images"}
     rl = make_rl_dataset(4)
     assert set(rl.column_names) >= {"prompt", "images", "answer"}
-    assert {row["kind"] for row in rl} == {"count", "colour"}
+    assert {row["kind"] for row in make_rl_dataset(4, kinds=("count", "colour"))} == {"count", "colour"}
 
 
 def test_answer_and_decision_tokens():
@@ -128,3 +128,19 @@ def test_lab_quick_end_to_end(tmp_path, monkeypatch, capsys):
     assert "| vepo |" in table and "| full |" in table
     assert (tmp_path / "lab" / "lab_curves.png").stat().st_size > 1000
     assert seconds < 180, f"vepo-trl lab --quick took {seconds:.0f} s"
+
+
+def test_warm_start_demo_recipe_parses_to_the_lab_model_and_data():
+    from pathlib import Path
+
+    from vepo_trl.train import LAB_DATASET, LAB_MODEL, load_dataset_split, make_parser
+
+    repo = Path(__file__).resolve().parents[1]
+    recipe = repo / "recipes" / "tiny" / "config_lab_vepo.yaml"
+    assert (repo / "vepo_trl" / "recipes" / "lab.yaml").read_text() == recipe.read_text()
+    script_args, training_args, model_args = make_parser().parse_args_and_config(["--config", str(recipe)])
+    assert model_args.model_name_or_path == LAB_MODEL and script_args.dataset_name == LAB_DATASET
+    assert training_args.reward_weights == [0.9, 0.1] and training_args.selection_strategy == "vepo"
+    script_args.synthetic_rows = 4
+    rows = load_dataset_split(LAB_DATASET, "train", script_args, training_args.seed, None)
+    assert len(rows) == 4 and set(rows.column_names) == {"prompt", "images", "answer"}

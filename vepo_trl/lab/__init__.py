@@ -32,9 +32,9 @@ def make_parser() -> argparse.ArgumentParser:
                         "full + vepo for a few steps, one seed (under 3 minutes).")
     parser.add_argument("--output_dir", default="vepo-lab", help="Where lab.md, lab.json, lab_curves.png and "
                         "runs/ go (default: vepo-lab). Finished runs in it are reused.")
-    parser.add_argument("--steps", type=int, default=None, help="RL steps per run (default: 150).")
+    parser.add_argument("--steps", type=int, default=None, help="RL steps per run (default: 100).")
     parser.add_argument("--max_minutes", type=float, default=None, help="Wall-time limit per run (default: 5).")
-    parser.add_argument("--learning_rate", type=float, default=None, help="RL learning rate (default: 5e-4).")
+    parser.add_argument("--learning_rate", type=float, default=None, help="RL learning rate (default: 3e-4).")
     parser.add_argument("--eval_rows", type=int, default=None, help="Held-out rows for accuracy (default: 120).")
     parser.add_argument("--jobs", type=int, default=1, help="Runs in parallel, one thread each (default: 1).")
     return parser

@@ -34,9 +34,9 @@ DECISION_WORDS = frozenset([*(str(n) for n in range(1, MAX_COUNT + 1)), *COLOURS
 class LabSettings:
     strategies: tuple[str, ...] = DEFAULT_STRATEGIES
     seeds: tuple[int, ...] = (0, 1, 2)
-    steps: int = 150
+    steps: int = 100
     max_minutes: float = 5.0  # a run stops at this wall time whatever `steps` says
-    learning_rate: float = 5e-4
+    learning_rate: float = 3e-4
     num_generations: int = 8
     prompts_per_step: int = 4
     max_completion_length: int = 28
@@ -54,13 +54,13 @@ class LabSettings:
 QUICK = dict(
     strategies=("full", "vepo"),
     seeds=(0,),
-    steps=6,
+    steps=8,
     max_minutes=1.0,
     eval_rows=20,
     train_rows=64,
     stats_prompts=4,
     logging_steps=2,
-    warm_start=WarmStartConfig(sft_rows=128, sft_steps=15, eval_rows=20),
+    warm_start=WarmStartConfig(sft_rows=512, sft_steps=60, eval_rows=20),
 )
 
 

@@ -61,6 +61,9 @@ DISTRACTOR = (150, 150, 150)
 BACKGROUND = (255, 255, 255)
 MAX_COUNT = 4
 LAB_TASKS = ("count", "colour")
+# What the lab trains and evaluates by default: a ~1M-parameter model with 9 visual tokens learns colours in a
+# minute of SFT but stays at chance on counting (measured), so counting would only add noise to the comparison
+DEFAULT_KINDS = ("colour",)
 
 QUESTIONS = {
     "count": "How many circles are in the image?",
@@ -69,7 +72,8 @@ QUESTIONS = {
 # Interchangeable wording: the image never decides these
 COUNT_OPENERS = ("I see", "I count", "There are", "I can spot", "Looking closely, I find")
 COUNT_NOUNS = ("circles", "dots", "round shapes")
-COLOUR_OPENERS = ("The square is", "I see a square that is", "The shape looks", "The box appears")
+COLOUR_SUBJECTS = ("The square", "The box", "This shape")
+COLOUR_VERBS = ("is", "looks", "appears to be")
 CLOSERS = ("The answer is", "So the answer is", "Final answer:")
 # SFT label noise: colour -> (label given instead, probability)
 SFT_CONFUSIONS: dict[str, tuple[str, float]] = {"purple": ("blue", 0.6), "yellow": ("green", 0.6)}
@@ -133,11 +137,12 @@ def make_lab_sample(kind: str, seed: int, image_size: int = 84) -> LabSample:
 
 
 def render_response(kind: str, answer: str, rng: random.Random) -> str:
-    """An SFT target: `<think>{opener} {answer} {noun}.</think> {closer} \\boxed{answer}` with random wording."""
+    """An SFT target with random wording: `<think>{opener} {answer} {noun}.</think> {closer} \\boxed{answer}` for a
+    count, `<think>{subject} {verb} {answer}.</think> {closer} \\boxed{answer}` for a colour."""
     if kind == "count":
         thought = f"{rng.choice(COUNT_OPENERS)} {answer} {rng.choice(COUNT_NOUNS)}."
     else:
-        thought = f"{rng.choice(COLOUR_OPENERS)} {answer}."
+        thought = f"{rng.choice(COLOUR_SUBJECTS)} {rng.choice(COLOUR_VERBS)} {answer}."
     return f"<think>{thought}</think> {rng.choice(CLOSERS)} \\boxed{{{answer}}}"
 
 
@@ -159,7 +164,7 @@ def make_sft_dataset(
     num_rows: int,
     seed: int = 0,
     image_size: int = 84,
-    kinds=LAB_TASKS,
+    kinds=DEFAULT_KINDS,
     system_prompt: bool = False,
     confusions: dict[str, tuple[str, float]] | None = None,
 ) -> Dataset:
@@ -185,7 +190,7 @@ def make_sft_dataset(
 
 
 def make_rl_dataset(
-    num_rows: int, seed: int = 1, image_size: int = 84, kinds=LAB_TASKS, system_prompt: bool = False
+    num_rows: int, seed: int = 1, image_size: int = 84, kinds=DEFAULT_KINDS, system_prompt: bool = False
 ) -> Dataset:
     """GRPO rows in vepo_trl's conversational format: `prompt`, `images`, `answer` (plus `kind`)."""
     rows = {"prompt": [], "images": [], "answer": [], "kind": []}

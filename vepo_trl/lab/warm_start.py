@@ -54,7 +54,7 @@ class WarmStartConfig:
     image_size: int = 84
     # SFT
     sft_rows: int = 2048
-    sft_steps: int = 400
+    sft_steps: int = 300
     sft_batch_size: int = 16
     sft_learning_rate: float = 2e-3
     eval_rows: int = 120

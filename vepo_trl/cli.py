@@ -67,7 +67,7 @@ def _print_short_help(command: str) -> None:
         print("every option below overrides the recipe, e.g. --max_steps 10 --selection_strategy entropy.")
         print(
             "--warm_start: start from the lab's warm start instead (a small Qwen2.5-VL SFT'd on counting and colour "
-            "tasks,\nbuilt on first use in about 3-4 minutes and cached; recipe lab.yaml), so the reward rises."
+            "tasks,\nbuilt on first use in about 1.5 minutes and cached; recipe lab.yaml), so the reward rises."
         )
     else:
         print("\nTrain a vision-language model with VEPO. Options come from the recipe, then the command line.")

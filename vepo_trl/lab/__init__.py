@@ -22,7 +22,7 @@ def make_parser() -> argparse.ArgumentParser:
         prog="vepo-trl lab",
         description="RL from a warm-started tiny Qwen2.5-VL with several token-selection strategies over several "
         "seeds; held-out greedy accuracy before and after, reward curves and selected-token statistics in a "
-        "markdown/JSON table and a PNG. The warm start is built on first use (about 3 minutes on 2 cores) and "
+        "markdown/JSON table and a PNG. The warm start is built on first use (about 1.5 minutes on 2 cores) and "
         "cached under $VEPO_TRL_CACHE.",
     )
     parser.add_argument("--strategies", default=None, help="Selection strategies, comma-separated "

@@ -2,7 +2,7 @@ r"""Visual tasks for the laptop lab: answers decided by the image, responses wit
 
 Two task kinds, each a pure function of a seed:
 
-* ``count``: "How many circles are in the image?" -- 1 to 6 filled circles of one colour on white; the answer is the
+* ``count``: "How many circles are in the image?" -- 1 to 4 filled circles of one colour on white; the answer is the
   number of circles.
 * ``colour``: "What colour is the square?" -- one filled square in one of five colours, plus grey circles as
   distractors; the answer is the square's colour.

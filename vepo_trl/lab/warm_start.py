@@ -1,7 +1,7 @@
 """The lab's warm start: a small Qwen2.5-VL supervised-fine-tuned (TRL's `SFTTrainer`) on the lab tasks.
 
 A randomly initialised model learns nothing useful from RL in minutes; a model that already answers in the paper's
-format, and gets some of the visual questions right, can. `warm_start_path()` builds one (a few minutes on two CPU
+format, and gets some of the visual questions right, can. `warm_start_path()` builds one (about 1.5 minutes on two CPU
 cores, seeded) and caches it under `$VEPO_TRL_CACHE` (default `~/.cache/vepo_trl`) in a folder named after a hash of
 its `WarmStartConfig`, so every command that needs it builds it once.
 
@@ -241,7 +241,7 @@ def warm_start_path(
     with PartialState().main_process_first():
         if (path / MARKER).exists():
             return path
-        log(f"Building the lab's warm start (SFT of a small Qwen2.5-VL, a few minutes on a CPU) into {path} ...")
+        log(f"Building the lab's warm start (SFT of a small Qwen2.5-VL, about 1.5 minutes on 2 cores) into {path} ...")
         staging = root / f".{path.name}.{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)

@@ -25,13 +25,25 @@ def make_parser() -> argparse.ArgumentParser:
         "markdown/JSON table and a PNG. The warm start is built on first use (about 1.5 minutes on 2 cores) and "
         "cached under $VEPO_TRL_CACHE.",
     )
-    parser.add_argument("--strategies", default=None, help="Selection strategies, comma-separated "
-                        "(default: full,entropy,vepo,random; any name from `vepo-trl strategies`).")
+    parser.add_argument(
+        "--strategies",
+        default=None,
+        help="Selection strategies, comma-separated "
+        "(default: full,entropy,vepo,random; any name from `vepo-trl strategies`).",
+    )
     parser.add_argument("--seeds", default=None, help="Seeds, comma-separated (default: 0,1,2).")
-    parser.add_argument("--quick", action="store_true", help="A CI-sized lab: a briefly trained warm start and "
-                        "full + vepo for a few steps, one seed (under 3 minutes).")
-    parser.add_argument("--output_dir", default="vepo-lab", help="Where lab.md, lab.json, lab_curves.png and "
-                        "runs/ go (default: vepo-lab). Finished runs in it are reused.")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="A CI-sized lab: a briefly trained warm start and "
+        "full + vepo for a few steps, one seed (under 3 minutes).",
+    )
+    parser.add_argument(
+        "--output_dir",
+        default="vepo-lab",
+        help="Where lab.md, lab.json, lab_curves.png and "
+        "runs/ go (default: vepo-lab). Finished runs in it are reused.",
+    )
     parser.add_argument("--steps", type=int, default=None, help="RL steps per run (default: 100).")
     parser.add_argument("--max_minutes", type=float, default=None, help="Wall-time limit per run (default: 5).")
     parser.add_argument("--learning_rate", type=float, default=None, help="RL learning rate (default: 3e-4).")
@@ -51,8 +63,10 @@ def main(argv: list[str] | None = None):
         names = _list(args.strategies)
         unknown = [n for n in names if n not in SELECTION_STRATEGIES]
         if unknown:
-            print(f"vepo-trl lab: error: unknown strategies {unknown}; choose from {sorted(SELECTION_STRATEGIES)}",
-                  file=sys.stderr)
+            print(
+                f"vepo-trl lab: error: unknown strategies {unknown}; choose from {sorted(SELECTION_STRATEGIES)}",
+                file=sys.stderr,
+            )
             sys.exit(2)
         settings.strategies = tuple(names)
     if args.seeds:

@@ -148,7 +148,9 @@ def write_report(output_dir: str | Path, base: dict, results: list[dict], settin
     ]
     (output_dir / "lab.md").write_text("\n".join(text))
     (output_dir / "lab.json").write_text(
-        json.dumps({"settings": settings, "warm_start": base, "summary": summary, "runs": results}, indent=1, default=str)
+        json.dumps(
+            {"settings": settings, "warm_start": base, "summary": summary, "runs": results}, indent=1, default=str
+        )
     )
     plot_lab(results, base, output_dir / "lab_curves.png")
     return summary

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -71,25 +70,36 @@ def decision_token_mask(token_texts: list[str]) -> list[bool]:
 
 @torch.no_grad()
 def selection_statistics(
-    model, processor, dataset, strategies, *, num_prompts: int, num_generations: int = 4, ratio: float = 0.2,
-    alpha: float = 0.7, seed: int = 0,
+    model,
+    processor,
+    dataset,
+    strategies,
+    *,
+    num_prompts: int,
+    num_generations: int = 4,
+    ratio: float = 0.2,
+    alpha: float = 0.7,
+    seed: int = 0,
 ) -> dict[str, dict]:
     """Per strategy, over sampled responses of `num_prompts` rows: the share of the decision tokens (count, colour) it
     selects, the share of selected tokens that are decision tokens, and mean JSD / entropy of selected vs all tokens.
     Every strategy ranks the same tokens with the same signals (clean and perturbed pass at the paper's settings)."""
     from ..insight.signals import SignalSettings, completion_signals, encode_prompt, sample_completions
-    from ..scoring import get_strategy, row_seeds, select_tokens
-    from trl.data_utils import prepare_multimodal_messages  # noqa: F401  (encode_prompt needs TRL's helpers)
+    from ..scoring import get_strategy, select_tokens
 
     model.eval()
     tokenizer = processor.tokenizer
-    totals = {s: dict(decision_kept=0, decision=0, kept=0, kept_decision=0, jsd_kept=0.0, h_kept=0.0) for s in strategies}
+    totals = {
+        s: dict(decision_kept=0, decision=0, kept=0, kept_decision=0, jsd_kept=0.0, h_kept=0.0) for s in strategies
+    }
     all_tokens = dict(n=0, jsd=0.0, h=0.0, decision=0, h_decision=0.0, jsd_decision=0.0)
     settings = SignalSettings(strategy="vepo", ratio=ratio, alpha=alpha, seed=seed)
     for index in range(min(num_prompts, len(dataset))):
         row = dataset[index]
         prompt = encode_prompt(processor, row["prompt"], row["images"])
-        completions = sample_completions(model, processor, prompt, num_generations, max_new_tokens=32, seed=seed + index)
+        completions = sample_completions(
+            model, processor, prompt, num_generations, max_new_tokens=32, seed=seed + index
+        )
         completions = [c for c in completions if c]
         if not completions:
             continue
@@ -227,8 +237,14 @@ def run_one(warm_path: str, strategy: str, seed: int, settings: LabSettings, out
     seconds = time.perf_counter() - start
     after = evaluate_accuracy(trainer.model, processor, heldout)
     stats = selection_statistics(
-        trainer.model, processor, heldout, [strategy], num_prompts=settings.stats_prompts,
-        ratio=settings.selection_ratio, alpha=settings.selection_alpha, seed=seed,
+        trainer.model,
+        processor,
+        heldout,
+        [strategy],
+        num_prompts=settings.stats_prompts,
+        ratio=settings.selection_ratio,
+        alpha=settings.selection_alpha,
+        seed=seed,
     )
     history = trainer.state.log_history
     curve = [
@@ -277,8 +293,13 @@ def run_lab(settings: LabSettings, output_dir: str | os.PathLike, log=print) -> 
         heldout = heldout_dataset(settings.warm_start, settings.eval_rows)
         before = evaluate_accuracy(model, processor, heldout)
         stats = selection_statistics(
-            model, processor, heldout, list(dict.fromkeys([*DEFAULT_STRATEGIES, *settings.strategies])),
-            num_prompts=settings.stats_prompts, ratio=settings.selection_ratio, alpha=settings.selection_alpha,
+            model,
+            processor,
+            heldout,
+            list(dict.fromkeys([*DEFAULT_STRATEGIES, *settings.strategies])),
+            num_prompts=settings.stats_prompts,
+            ratio=settings.selection_ratio,
+            alpha=settings.selection_alpha,
         )
         base = {
             "path": str(warm),
@@ -297,8 +318,10 @@ def run_lab(settings: LabSettings, output_dir: str | os.PathLike, log=print) -> 
             if (run_dir / "result.json").exists():
                 continue
             jobs.append((str(warm), strategy, seed, settings, str(run_dir)))
-    log(f"{len(jobs)} run(s) to do ({len(settings.strategies)} strategies x {len(settings.seeds)} seeds), "
-        f"{settings.jobs} at a time, at most {settings.steps} steps / {settings.max_minutes:g} min each")
+    log(
+        f"{len(jobs)} run(s) to do ({len(settings.strategies)} strategies x {len(settings.seeds)} seeds), "
+        f"{settings.jobs} at a time, at most {settings.steps} steps / {settings.max_minutes:g} min each"
+    )
     if settings.jobs > 1 and len(jobs) > 1:
         with ProcessPoolExecutor(max_workers=settings.jobs, mp_context=get_context("spawn")) as pool:
             for result in pool.map(_run_one_entry, jobs):
@@ -321,7 +344,3 @@ def _log_run(result, base, log):
         f"  {result['strategy']:>8} seed {result['seed']}: accuracy {base['accuracy']:.1%} -> "
         f"{result['accuracy_after']:.1%} in {result['steps']} steps, {result['train_seconds']:.0f} s"
     )
-
-
-def _finite(x):
-    return x is not None and math.isfinite(x)

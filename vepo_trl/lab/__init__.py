@@ -2,6 +2,7 @@
 
     vepo-trl lab                      full, entropy, vepo, random x seeds 0 1 2 from the warm start
     vepo-trl lab --quick              two short runs, for CI (under 3 minutes on 2 cores)
+    vepo-trl lab --build_warm_start   only build (or find) the cached warm start
 
 `tasks` renders the tasks, `warm_start` builds and caches the SFT'd model, `run` trains and measures, `report`
 writes the tables and the plot.
@@ -48,6 +49,11 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max_minutes", type=float, default=None, help="Wall-time limit per run (default: 5).")
     parser.add_argument("--learning_rate", type=float, default=None, help="RL learning rate (default: 3e-4).")
     parser.add_argument("--eval_rows", type=int, default=None, help="Held-out rows for accuracy (default: 120).")
+    parser.add_argument(
+        "--build_warm_start",
+        action="store_true",
+        help="Only build (or find) the cached warm start and print its path and held-out accuracy.",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="Runs in parallel, one thread each (default: 1).")
     return parser
 
@@ -57,6 +63,18 @@ def main(argv: list[str] | None = None):
 
     args = make_parser().parse_args(argv)
     settings = LabSettings(**(QUICK if args.quick else {}))
+    if args.build_warm_start:
+        import json
+
+        from .warm_start import warm_start_path, warm_start_report
+
+        path = warm_start_path(settings.warm_start)
+        report = warm_start_report(path)
+        print(
+            f"{path}\n{report['parameters']:,} parameters, built in {report['build_seconds']:.0f} s, held-out greedy "
+            f"accuracy {report['heldout_accuracy']:.1%} on {report['heldout_rows']} rows"
+        )
+        return json.dumps(report)
     if args.strategies:
         from ..scoring import SELECTION_STRATEGIES
 

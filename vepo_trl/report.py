@@ -111,6 +111,8 @@ def run_summary(trainer, seconds: float, command: str = "demo") -> str:
     tiny = "tiny-qwen2.5-vl" in model_name
     if tiny:
         model_name = "the tiny random Qwen2.5-VL"
+    elif "lab-warm-start" in model_name:
+        model_name = "the lab's warm start, a small Qwen2.5-VL supervised-fine-tuned on the lab's colour task"
     parameters = sum(p.numel() for p in trainer.model.parameters())
     device = trainer.accelerator.device.type
     where = "the CPU" if device == "cpu" else f"{trainer.accelerator.num_processes} x {device.upper()}"
@@ -177,6 +179,8 @@ def run_summary(trainer, seconds: float, command: str = "demo") -> str:
         "`AutoModelForImageTextToText.from_pretrained`), per-step metrics `metrics.jsonl`, this summary `summary.md` "
         "and the model card `README.md`.",
     ]
+    if "lab-warm-start" in str(getattr(trainer.model.config, "_name_or_path", "")):
+        lines += ["", "Compare selection strategies from this warm start over several seeds with `vepo-trl lab`."]
     if tiny:
         lines += [
             "",

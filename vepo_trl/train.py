@@ -35,8 +35,12 @@ logger = logging.getLogger(__name__)
 
 # `model_name_or_path` that builds the tiny random Qwen2.5-VL locally (the CPU demo and tests)
 TINY_MODEL = "tiny-qwen2.5-vl"
+# `model_name_or_path` of the lab's warm start: a small Qwen2.5-VL SFT'd on the lab tasks, built once and cached
+LAB_MODEL = "lab-warm-start"
 # `dataset_name` that generates synthetic visual-reasoning rows instead of loading a data set
 SYNTHETIC_DATASET = "synthetic"
+# `dataset_name` of the lab's tasks (count the circles, name the square's colour), the warm start's task family
+LAB_DATASET = "lab"
 
 
 @dataclass
@@ -88,7 +92,7 @@ def check_model_name(name: str | None) -> None:
     """Fail early on a model that cannot exist: a missing local folder, a folder without `config.json`."""
     if not name:
         raise UsageError("model_name_or_path is not set: give a Hub id, a local model folder or tiny-qwen2.5-vl.")
-    if name == TINY_MODEL:
+    if name in (TINY_MODEL, LAB_MODEL):
         return
     path = Path(name).expanduser()
     if path.is_dir():
@@ -120,7 +124,7 @@ def check_arguments(script_args, training_args, model_args) -> None:
         name = getattr(script_args, field_name)
         if name is None or (field_name == "eval_dataset_name" and not name):
             continue
-        if name == SYNTHETIC_DATASET or is_known_dataset(name):
+        if name in (SYNTHETIC_DATASET, LAB_DATASET) or is_known_dataset(name):
             continue
         raise UsageError(f"{field_name} {name!r}: {dataset_name_problem(name)}")
 
@@ -135,7 +139,7 @@ def is_known_dataset(name: str) -> bool:
 def dataset_name_problem(name: str) -> str:
     from vepo_trl.data.loaders import _accepted_names
 
-    return f"no such data set or file; accepted: {_accepted_names()}, or synthetic"
+    return f"no such data set or file; accepted: {_accepted_names()}, synthetic, or lab"
 
 
 class QuietProgressCallback(ProgressCallback):
@@ -162,6 +166,10 @@ def resolve_model_name(name: str) -> str:
         # Under torch.distributed only rank 0 writes weights: it builds, the other ranks then find the folder
         with PartialState().main_process_first():
             return str(tiny_model_path())
+    if name == LAB_MODEL and not os.path.isdir(name):
+        from .lab.warm_start import warm_start_path
+
+        return str(warm_start_path())  # built on first use (minutes), then cached; rank 0 builds
     return name
 
 
@@ -170,6 +178,15 @@ def load_dataset_split(name: str, split: str, script_args: VEPOScriptArguments, 
         # Distinct seeds per split, so evaluation rows are not training rows
         offset = 0 if split == script_args.dataset_train_split else 1
         dataset = synthetic_training_dataset(script_args.synthetic_rows, seed=seed + offset)
+    elif name == LAB_DATASET:
+        from .lab.tasks import make_rl_dataset
+        from .lab.warm_start import WarmStartConfig
+
+        # The warm start's SFT rows use seed 0 and its held-out rows 10_000 + seed: these are neither
+        offset = 1000 if split == script_args.dataset_train_split else 2000
+        dataset = make_rl_dataset(
+            script_args.synthetic_rows, seed=seed + offset, image_size=WarmStartConfig().image_size
+        ).remove_columns("kind")
     else:
         dataset = load_vepo_dataset(
             name,

@@ -108,7 +108,7 @@ def selection_statistics(
         decision = torch.zeros_like(mask)
         for r, ids in enumerate(completions):
             texts = [tokenizer.decode([t]) for t in ids]
-            decision[r, : len(ids)] = torch.tensor(decision_token_mask(texts))
+            decision[r, : len(ids)] = torch.tensor(decision_token_mask(texts), device=mask.device)
         jsd, entropy = signals.jsd.float(), signals.entropy.float()
         all_tokens["n"] += int(mask.sum())
         all_tokens["jsd"] += float(jsd[mask].sum())
@@ -120,7 +120,7 @@ def selection_statistics(
             strategy = get_strategy(name)
             seeds = None
             if strategy.count == "random":
-                seeds = torch.arange(len(completions)) * 7919 + seed * 104729 + index
+                seeds = torch.arange(len(completions)) * 7919 + seed * 104729 + index  # cpu: seeds, read by tolist()
             selected = select_tokens(strategy, signals, mask, ratio=ratio, alpha=alpha, seeds=seeds) & mask
             t = totals[name]
             t["decision"] += int(decision.sum())

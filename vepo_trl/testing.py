@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,8 +114,9 @@ class TinyModelConfig:
     seed: int = 0
 
 
-def build_tokenizer(vocab_size: int = 600) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE tokenizer (Qwen's pre-tokenizer family) with Qwen2.5-VL's special tokens appended."""
+def build_tokenizer(vocab_size: int = 600, corpus: Iterable[str] | None = None) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer (Qwen's pre-tokenizer family) on `corpus` (default: the tiny model's) with
+    Qwen2.5-VL's special tokens appended."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tokenizer.decoder = decoders.ByteLevel()
@@ -123,7 +125,7 @@ def build_tokenizer(vocab_size: int = 600) -> PreTrainedTokenizerFast:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(_CORPUS, trainer=trainer)
+    tokenizer.train_from_iterator(_CORPUS if corpus is None else corpus, trainer=trainer)
     tokenizer.add_special_tokens(list(QWEN_SPECIAL_TOKENS))
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,

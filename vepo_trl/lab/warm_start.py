@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast, Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
+from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
 
-from ..testing import QWEN2_5_VL_CHAT_TEMPLATE, QWEN_SPECIAL_TOKENS, TinyModelConfig, build_model
+from ..testing import QWEN2_5_VL_CHAT_TEMPLATE, TinyModelConfig, build_model, build_tokenizer
 from .tasks import lab_corpus, make_rl_dataset, make_sft_dataset
 
 
@@ -65,36 +64,13 @@ class WarmStartConfig:
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
-def _tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
-    """Byte-level BPE (Qwen's pre-tokenizer family) learned on the lab's prompts and responses, Qwen's specials on top."""
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
-    )
-    tokenizer.train_from_iterator(lab_corpus(), trainer=trainer)
-    tokenizer.add_special_tokens(list(QWEN_SPECIAL_TOKENS))
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        bos_token=None,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        unk_token=None,
-        additional_special_tokens=list(QWEN_SPECIAL_TOKENS[1:]),
-        model_max_length=32768,
-        padding_side="left",
-        chat_template=QWEN2_5_VL_CHAT_TEMPLATE,
-        clean_up_tokenization_spaces=False,
-    )
-
-
 def build_lab_processor(config: WarmStartConfig | None = None) -> Qwen2_5_VLProcessor:
     config = config or WarmStartConfig()
     pixels = config.image_size * config.image_size
     return Qwen2_5_VLProcessor(
         image_processor=Qwen2VLImageProcessor(min_pixels=pixels, max_pixels=pixels),
-        tokenizer=_tokenizer(config.vocab_size),
+        # Byte-level BPE learned on the lab's prompts and responses, Qwen's specials on top
+        tokenizer=build_tokenizer(config.vocab_size, lab_corpus()),
         video_processor=Qwen2VLVideoProcessor(),
         chat_template=QWEN2_5_VL_CHAT_TEMPLATE,
     )

@@ -146,12 +146,10 @@ class PhaseTimer:
             self.sync()
             self.totals[name] = self.totals.get(name, 0.0) + time.perf_counter() - start
 
-    def wrap(self, owner, attribute, name, when=None):
+    def wrap(self, owner, attribute, name):
         original = getattr(owner, attribute)
 
         def timed(*args, **kwargs):
-            if when is not None and not when(*args, **kwargs):
-                return original(*args, **kwargs)
             with self.phase(name):
                 return original(*args, **kwargs)
 
@@ -182,8 +180,7 @@ def run_method(name, settings, model, processor, batch, args, device, output_dir
     trainer.current_gradient_accumulation_steps = 1
     timer = PhaseTimer(device)
     timer.wrap(trainer, "_forward", "loss_forward")
-    # The perturbed forward is the `_hidden_forward` call given perturbed pixels
-    timer.wrap(trainer, "_hidden_forward", "perturbed_forward", when=lambda *a, **k: k.get("pixel_values") is not None)
+    timer.wrap(trainer, "_perturbed_hidden", "perturbed_forward")
     original_signals = trainer_module.token_signals
 
     def timed_signals(*a, **k):

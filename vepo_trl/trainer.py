@@ -53,8 +53,6 @@ from .scoring import (
 
 # Key under which a batch's token-selection mask lives in TRL's buffered generation batch
 SELECTION_KEY = "vepo_selection_mask"
-# Responses whose mask came from the signals (not a zero-advantage placeholder): selection statistics read these
-SCORED_KEY = "vepo_scored_rows"
 # valid / selected token count of the generation batch, for loss types normalised by it (0-d, survives TRL's split)
 COUNT_SCALE_KEY = "vepo_count_scale"
 # Multimodal inputs GRPO forwards to the model (names of `GRPOTrainer._get_per_token_logps_and_entropies`' kwargs)
@@ -404,8 +402,9 @@ class VEPOTrainer(GRPOTrainer):
         return hidden[:, -length - 1 : -1]
 
     def _dummy_forward(self, model) -> None:
-        """A one-image, few-token forward for a process with nothing to score: it enters the same collectives (DDP
-        buffer broadcast, ZeRO-3 / FSDP parameter gathers of the language model AND the vision tower) as a real one."""
+        """A one-image, few-token forward for a process with nothing to score: it enters the same collectives (ZeRO-3 /
+        FSDP parameter gathers of the language model AND the vision tower) as a real one. Built once, kept on the
+        device."""
         if self._dummy_inputs is None:
             from PIL import Image
 
@@ -413,19 +412,17 @@ class VEPOTrainer(GRPOTrainer):
             messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "."}]}]
             text = self.processing_class.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
             encoded = self.processing_class(images=[image], text=[text], return_tensors="pt")
-            self._dummy_inputs = {key: value for key, value in encoded.items() if isinstance(value, torch.Tensor)}
-        device = self.accelerator.device
-        inputs = {key: value.to(device) for key, value in self._dummy_inputs.items()}
+            device = self.accelerator.device
+            self._dummy_inputs = {k: v.to(device) for k, v in encoded.items() if isinstance(v, torch.Tensor)}
         with self._scoring_mode(model), self.accelerator.autocast():
-            model(**inputs, logits_to_keep=1, use_cache=False)
+            model(**self._dummy_inputs, logits_to_keep=1, use_cache=False)
 
     @torch.no_grad()
-    def _hidden_forward(self, model, input_ids, attention_mask, length, multimodal, pixel_values=None):
-        """Completion hidden states `(n, T, d)` of one no-grad forward (dropout off), with `pixel_values` replacing the
-        inputs' when given. The head runs on one position only: the signals need hidden states, not logits."""
+    def _perturbed_hidden(self, model, input_ids, attention_mask, length, multimodal, pixel_values):
+        """Completion hidden states `(n, T, d)` of the no-grad forward (dropout off) with the perturbed `pixel_values`
+        in place of the inputs'. The head runs on one position only: the signals need hidden states, not logits."""
         model_inputs = {key: multimodal[key] for key in _MODEL_INPUT_KEYS if multimodal.get(key) is not None}
-        if pixel_values is not None:
-            model_inputs["pixel_values"] = pixel_values
+        model_inputs["pixel_values"] = pixel_values
         with self._capture_final_hidden(model) as captured, self._scoring_mode(model), self.accelerator.autocast():
             model(
                 input_ids=input_ids, attention_mask=attention_mask, **model_inputs, logits_to_keep=1, use_cache=False
@@ -464,7 +461,7 @@ class VEPOTrainer(GRPOTrainer):
                 num_generations=self.num_generations,
             )
             ids, mask = input_ids[index], attention_mask[index]
-            perturbed_hidden = self._hidden_forward(model, ids, mask, length, row_inputs, perturbed_pixels)
+            perturbed_hidden = self._perturbed_hidden(model, ids, mask, length, row_inputs, perturbed_pixels)
             perturbed = perturbed_hidden[valid[index]]
             targets = inputs["completion_ids"][index][valid[index]]
             self.num_perturbed_completions += int(index.numel())
@@ -583,7 +580,7 @@ class VEPOTrainer(GRPOTrainer):
             # The loss forward is random under dropout: the clean side comes from a dropout-free forward of the whole
             # micro-batch (text-only responses are ranked by its entropies too)
             with self._capture_final_hidden(self.model) as captured:
-                logps, entropies, _ = self._rollout_free_forward(inputs)
+                logps, entropies, _ = self._dropout_free_forward(inputs)
         signals = TokenSignals(entropy=entropies.detach().float(), logp=logps.detach().float())
         scored = torch.zeros(mask.size(0), dtype=torch.bool, device=mask.device)
         if self.selection.needs_perturbed_pass:
@@ -598,7 +595,7 @@ class VEPOTrainer(GRPOTrainer):
         return selected
 
     @torch.no_grad()
-    def _rollout_free_forward(self, inputs):
+    def _dropout_free_forward(self, inputs):
         with self._scoring_mode(self.model):
             return super()._get_per_token_logps_and_entropies(
                 self.model,
@@ -676,7 +673,6 @@ class VEPOTrainer(GRPOTrainer):
                     output, signals, scored, rollout.clean.__getitem__, rollout.batch_size
                 )
             output[SELECTION_KEY] = self._select(output, signals, scored)
-            output[SCORED_KEY] = scored
             self._log_selection(output, signals, output[SELECTION_KEY], scored)
         elif not self.selection.needs_signals:
             # `full` and `random` need nothing from the model: draw the mask with the rollout

@@ -2,15 +2,18 @@
 
 All three train the same tiny model on the same synthetic rows with the same seed. The learning rate is 0 so every
 run samples exactly the same completions: the step times then differ only by what each method computes (the optimiser
-still runs). The runs alternate in rounds so that a change in machine load hits all three alike. For each method the
-script prints the median step time (generation, rewards, forward, backward, optimiser), the ratio to GRPO, the model
-forwards per step outside generation, and the perturbed forwards per sampled completion.
+still runs). The runs alternate in rounds, and every ratio is taken WITHIN a round (method A's median step time over
+method B's in the same round); the figure quoted is the median of the per-round ratios, with their min and max. Load
+that hits one round (another job on the machine) then shows as a wide spread, never as one method's cost: a pooled
+median across rounds would read a loaded VEPO round against an unloaded GRPO round. For each method the script also
+prints the median step time (generation, rewards, forward, backward, optimiser), the model forwards per step outside
+generation, and the perturbed forwards per sampled completion.
 
-    python benchmarks/bench_step.py                   # about two minutes on 2 CPU cores
-    python benchmarks/bench_step.py --steps 30 --rounds 3
+    python benchmarks/bench_step.py                   # about one minute on 2 CPU cores
+    python benchmarks/bench_step.py --steps 30 --rounds 5
 
-The last line is one JSON object with `vepo_over_grpo` (median step-time ratio) and
-`perturbed_forwards_per_completion`.
+The last line is one JSON object with `vepo_over_grpo` (median of per-round step-time ratios), its per-round values
+and `perturbed_forwards_per_completion`.
 """
 
 from __future__ import annotations
@@ -110,48 +113,79 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=20, help="Optimiser steps per run.")
     parser.add_argument("--warmup", type=int, default=3, help="Leading steps of each run left out of the median.")
-    parser.add_argument("--rounds", type=int, default=2, help="Runs per method, alternating between methods.")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="Runs per method, alternating; ratios are taken within each round."
+    )
     parser.add_argument("--batch_size", type=int, default=8, help="Completions per step (2 prompts x 4).")
     parser.add_argument("--completion_length", type=int, default=32)
     args = parser.parse_args()
 
-    results = {name: {"times": [], "loss_forwards_per_step": [], "perturbed": []} for name in METHODS}
+    if args.rounds < 1 or args.steps <= args.warmup:
+        parser.error("need --rounds >= 1 and --steps > --warmup")
+    results = {name: {"round_medians": [], "loss_forwards_per_step": [], "perturbed": []} for name in METHODS}
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = str(save_tiny_qwen2_5_vl(os.path.join(tmp, "tiny")))
         dataset = synthetic_training_dataset(64, seed=0)
         for round_index in range(args.rounds):
             for name in METHODS:
                 run = run_method(name, model_dir, dataset, os.path.join(tmp, f"{name}-{round_index}"), args)
-                results[name]["times"] += run["times"]
+                results[name]["round_medians"].append(statistics.median(run["times"]))
                 results[name]["loss_forwards_per_step"].append(run["loss_forwards_per_step"])
                 results[name]["perturbed"].append(run["perturbed_forwards_per_completion"])
                 print(
-                    f"round {round_index + 1}: {name:<14} median {statistics.median(run['times']):.4f} s", flush=True
+                    f"round {round_index + 1}: {name:<14} median {results[name]['round_medians'][-1]:.4f} s",
+                    flush=True,
                 )
 
-    median = {name: statistics.median(r["times"]) for name, r in results.items()}
+    def ratios(a: str, b: str) -> list[float]:
+        # Paired within each round: load that hits one round moves both sides of its ratio
+        return [x / y for x, y in zip(results[a]["round_medians"], results[b]["round_medians"])]
+
+    def spread(values: list[float]) -> dict[str, float]:
+        return {
+            "median": round(statistics.median(values), 4),
+            "min": round(min(values), 4),
+            "max": round(max(values), 4),
+        }
+
+    over_grpo = {name: spread(ratios(name, "grpo")) for name in METHODS}
     print(
         f"\ntiny Qwen2.5-VL, {args.batch_size} completions x {args.completion_length} tokens per step, "
-        f"{args.rounds} x {args.steps - args.warmup} timed steps per method, torch threads {torch.get_num_threads()}"
+        f"{args.rounds} rounds x {args.steps - args.warmup} timed steps per method, "
+        f"torch threads {torch.get_num_threads()}"
     )
-    print(f"{'method':<14} {'median s':>9} {'x GRPO':>7} {'loss fwd/step':>14} {'perturbed fwd/completion':>25}")
+    print(
+        f"{'method':<14} {'median s':>9} {'x GRPO (median of rounds)':>26} {'[min, max]':>16} "
+        f"{'loss fwd/step':>14} {'perturbed fwd/completion':>25}"
+    )
     for name, r in results.items():
+        ratio = over_grpo[name]
+        bounds = "[{min:.3f}, {max:.3f}]".format(**ratio)
         print(
-            f"{name:<14} {median[name]:>9.4f} {median[name] / median['grpo']:>7.3f} "
+            f"{name:<14} {statistics.median(r['round_medians']):>9.4f} {ratio['median']:>26.3f} {bounds:>16} "
             f"{statistics.mean(r['loss_forwards_per_step']):>14.2f} {statistics.mean(r['perturbed']):>25.2f}"
         )
+    vepo_over_entropy = spread(ratios("vepo", "entropy_top20"))
     print(
         json.dumps(
             {
-                "vepo_over_grpo": round(median["vepo"] / median["grpo"], 4),
-                "entropy_over_grpo": round(median["entropy_top20"] / median["grpo"], 4),
-                "vepo_over_entropy": round(median["vepo"] / median["entropy_top20"], 4),
+                "vepo_over_grpo": over_grpo["vepo"]["median"],
+                "entropy_over_grpo": over_grpo["entropy_top20"]["median"],
+                "vepo_over_entropy": vepo_over_entropy["median"],
+                "ratio_spread": {
+                    "vepo_over_grpo": over_grpo["vepo"],
+                    "entropy_over_grpo": over_grpo["entropy_top20"],
+                    "vepo_over_entropy": vepo_over_entropy,
+                },
+                "per_round_vepo_over_grpo": [round(x, 4) for x in ratios("vepo", "grpo")],
                 "perturbed_forwards_per_completion": statistics.mean(results["vepo"]["perturbed"]),
                 "loss_forwards_per_step": {
                     n: statistics.mean(r["loss_forwards_per_step"]) for n, r in results.items()
                 },
-                "median_step_seconds": {n: round(t, 4) for n, t in median.items()},
-                "timed_steps_per_method": len(results["vepo"]["times"]),
+                "round_median_step_seconds": {
+                    n: [round(t, 4) for t in r["round_medians"]] for n, r in results.items()
+                },
+                "timed_steps_per_round": args.steps - args.warmup,
             }
         )
     )

@@ -5,8 +5,8 @@ import pytest
 
 from vepo_trl.eval.benchmarks import BENCHMARKS, HALLUSION_SUFFIX, PAPER_BENCHMARKS, get_benchmark, resolve_benchmarks
 from vepo_trl.eval.grading import rule_grade
-from vepo_trl.eval.report import PAPER_TABLE1, paper_rows_for, render_markdown, summarize_benchmark, table_row
 from vepo_trl.eval.standins import MATHVERSE_QUERY_COT, MATHVISTA_QUERY_1, write_standins
+from vepo_trl.eval.table import PAPER_TABLE1, paper_rows_for, render_markdown, summarize_benchmark, table_row
 
 
 @pytest.fixture(scope="module")

@@ -117,7 +117,7 @@ def _parse(command: str, argv: list[str]):
 
 
 def _run(command: str, args) -> object:
-    from .report import write_run_report
+    from .run_summary import write_run_report
     from .train import clear_previous_report, main
 
     script_args, training_args, model_args = args

@@ -10,7 +10,7 @@ from importlib.metadata import version
 from huggingface_hub import ModelCard, ModelCardData
 from trl.trainer.utils import get_config_model_id
 
-from .report import _USES_ALPHA, method_name, perturbation_text, selection_text
+from .run_summary import _USES_ALPHA, method_name, perturbation_text, selection_text
 from .scoring import get_strategy
 
 

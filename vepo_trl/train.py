@@ -25,18 +25,14 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config, get_qu
 
 from vepo_trl.config import VEPOConfig
 from vepo_trl.data import load_vepo_dataset, synthetic_training_dataset
-from vepo_trl.report import REPORT_FILES
+from vepo_trl.local_models import LAB_MODEL, TINY_MODEL, resolve_model_name
 from vepo_trl.rewards import get_reward_funcs
-from vepo_trl.testing import tiny_model_path
+from vepo_trl.run_summary import REPORT_FILES
 from vepo_trl.trainer import VEPOTrainer
 
 
 logger = logging.getLogger(__name__)
 
-# `model_name_or_path` that builds the tiny random Qwen2.5-VL locally (the CPU demo and tests)
-TINY_MODEL = "tiny-qwen2.5-vl"
-# `model_name_or_path` of the lab's warm start: a small Qwen2.5-VL SFT'd on the lab tasks, built once and cached
-LAB_MODEL = "lab-warm-start"
 # `dataset_name` that generates synthetic visual-reasoning rows instead of loading a data set
 SYNTHETIC_DATASET = "synthetic"
 # `dataset_name` of the lab's tasks (count the circles, name the square's colour), the warm start's task family
@@ -158,19 +154,6 @@ def clear_previous_report(output_dir: str) -> list[str]:
             path.unlink()
             removed.append(name)
     return removed
-
-
-def resolve_model_name(name: str) -> str:
-    """`tiny-qwen2.5-vl` (when no such folder exists) builds the tiny random model locally; anything else passes."""
-    if name == TINY_MODEL and not os.path.isdir(name):
-        # Under torch.distributed only rank 0 writes weights: it builds, the other ranks then find the folder
-        with PartialState().main_process_first():
-            return str(tiny_model_path())
-    if name == LAB_MODEL and not os.path.isdir(name):
-        from .lab.warm_start import warm_start_path
-
-        return str(warm_start_path())  # built on first use (minutes), then cached; rank 0 builds
-    return name
 
 
 def load_dataset_split(name: str, split: str, script_args: VEPOScriptArguments, seed: int, limit: int | None):

@@ -33,6 +33,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from .config import VEPOConfig
+from .local_models import resolve_model_name
 from .model_card import build_model_card
 from .perturb import PixelLayout, annealed_noise_step, get_perturbation, perturb_pixel_values
 from .scoring import (
@@ -174,8 +175,6 @@ class VEPOTrainer(GRPOTrainer):
         if train_dataset is not None and hasattr(train_dataset, "__len__") and len(train_dataset) == 0:
             raise ValueError("train_dataset is empty: VEPOTrainer would train 0 steps. Check the data set's split.")
         if isinstance(model, str):
-            from .train import resolve_model_name
-
             model = resolve_model_name(model)  # `tiny-qwen2.5-vl`: the offline tiny model, built and cached once
         # Read by the `top_entropy_quantile` property while GRPOTrainer.__init__ runs
         self._token_weights = None

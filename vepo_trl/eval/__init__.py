@@ -4,7 +4,8 @@
 - `grading`: the rule grader (last `\\boxed{}`, math-verify, option letter or text, yes/no)
 - `judge`: an LLM judge through any OpenAI-compatible endpoint
 - `generate`: greedy generation with vLLM or transformers
-- `report`: the summary and the paper's Table 1
+- `table`: the summary and the paper's Table 1
+- `rows`: greedy evaluation of rows in the training format, scored with the reward functions (the notebook's check)
 - `run`: the `vepo-trl eval` command
 """
 
@@ -18,7 +19,7 @@ from .benchmarks import (
     register_benchmark,
 )
 from .grading import rule_grade
-from .report import PAPER_TABLE1
+from .table import PAPER_TABLE1
 
 
 __all__ = [

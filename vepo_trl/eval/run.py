@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..local_models import TINY_MODEL, resolve_model_name
 from .benchmarks import (
     BENCHMARKS,
     PAPER_BENCHMARKS,
@@ -35,7 +36,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["EvalUsageError", "main", "make_parser", "run"]
 
-TINY_MODEL = "tiny-qwen2.5-vl"
 MANIFEST = "manifest.json"
 
 
@@ -295,7 +295,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     from .generate import resolve_adapter
-    from .report import paper_rows_for, render_markdown, summarize_benchmark, table_row
+    from .table import paper_rows_for, render_markdown, summarize_benchmark, table_row
 
     # -- usage checks: all before data or model loading ------------------------------------------------------------
     try:
@@ -346,8 +346,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             examples[bench.name] = bench.load_examples(args.data_dir, limit=args.limit)
     manifest["totals"] = {**manifest.get("totals", {}), **{name: len(ex) for name, ex in examples.items()}}
     if model_id == TINY_MODEL:
-        from ..train import resolve_model_name
-
         model_id = resolve_model_name(model_id)
     start = time.perf_counter()
     generator = _make_generator(args, model_id, adapter, state)

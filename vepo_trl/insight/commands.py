@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ..local_models import TINY_MODEL
 
-# The names `vepo_trl.train` gives the tiny model and the synthetic data (not imported from there: that module loads
-# TRL's trainers, seconds before a bad argument could be reported)
-TINY_MODEL = "tiny-qwen2.5-vl"
+
+# The name `vepo_trl.train` gives the synthetic data (not imported from there: that module loads TRL's trainers,
+# seconds before a bad argument could be reported)
 SYNTHETIC_DATASET = "synthetic"
 
 
@@ -177,11 +178,11 @@ def _load_model(name: str, device: str | None, dtype: str):
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from ..testing import tiny_model_path
+    from ..local_models import resolve_model_name
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    # As `train.resolve_model_name`: the tiny model's name builds it once, unless a folder of that name exists
-    path = str(tiny_model_path()) if name == TINY_MODEL and not os.path.isdir(name) else name
+    # The tiny model's name builds it once, unless a folder of that name exists
+    path = resolve_model_name(name) if name == TINY_MODEL else name
     try:
         model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype).to(device).eval()
         processor = AutoProcessor.from_pretrained(path)

@@ -277,7 +277,7 @@ def run_lab(settings: LabSettings, output_dir: str | os.PathLike, log=print) -> 
     """Warm start (cached), its held-out accuracy and selection statistics, then every (strategy, seed) run, then
     the report (`lab.md`, `lab.json`, `lab_curves.png`). Finished runs (`runs/<strategy>-seed<k>/result.json`) are
     kept: an interrupted lab resumes."""
-    from .report import write_report
+    from .results import write_report
 
     torch.set_num_threads(1)
     output_dir = Path(output_dir)

@@ -15,7 +15,7 @@ import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 from trl.data_utils import prepare_multimodal_messages
 
-from .rewards import get_reward_funcs
+from ..rewards import get_reward_funcs
 
 
 @dataclass

@@ -169,19 +169,19 @@ def _strategies(argv: list[str]) -> None:
 
 
 def _inspect(argv: list[str]) -> None:
-    from .insight.commands import inspect_main
+    from .insight.inspect_command import inspect_main
 
     inspect_main(argv)
 
 
 def _analyze(argv: list[str]) -> None:
-    from .insight.commands import analyze_main
+    from .insight.analyze_command import analyze_main
 
     analyze_main(argv)
 
 
 def _plot(argv: list[str]) -> None:
-    from .insight.commands import plot_main
+    from .insight.plot_command import plot_main
 
     plot_main(argv)
 

@@ -4,7 +4,8 @@
 - `signals`: the trainer's signals for given completions of one prompt (`completion_signals`), outside training.
 - `page`: one self-contained HTML page of records (`write_page`).
 - `analysis`: the paper's selection analysis (`SelectionAnalysis`, `overlap_counts`); `plots`: training curves.
-- `commands`: `vepo-trl inspect`, `analyze` and `plot`.
+- `inspect_command`, `analyze_command`, `plot_command`: `vepo-trl inspect`, `analyze` and `plot`; `commands`: what
+  they share (arguments, checks, loading).
 
 `analysis` and `plots` import matplotlib when they draw; nothing here imports TRL's trainers.
 """

@@ -1,0 +1,240 @@
+"""`vepo-trl inspect`: one HTML page of the tokens VEPO selects in a model's responses."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from .commands import (
+    UsageError,
+    _add_generation_args,
+    _add_model_args,
+    _add_settings_args,
+    _check_generation,
+    _check_model,
+    _check_rewards,
+    _dataset_bounds,
+    _load_model,
+    _load_rows,
+    _Parser,
+    _pixel_bounds,
+    _read_recipe,
+    _rewards,
+    _settings,
+    fail,
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# inspect
+# ---------------------------------------------------------------------------------------------------------------------
+
+INSPECT_HELP = """Write one self-contained HTML page showing which tokens of a model's responses VEPO trains on.
+
+Sources (one of):
+  --image PATH --question TEXT      a question about an image
+  --dataset NAME --index I          a row of a data set (synthetic, geometry3k, a local file, ...)
+  --records FILE                    selection records saved by a run or by --save_records (no model needed)
+
+Examples:
+  vepo-trl inspect --model tiny-qwen2.5-vl --dataset synthetic --index 3 --output page.html
+  vepo-trl inspect --model Qwen/Qwen2.5-VL-7B-Instruct --image fig.png --question "Find x." --num_generations 8
+  vepo-trl inspect --records vepo-demo/selection_records.jsonl --output run.html
+"""
+
+
+def inspect_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="vepo-trl inspect", description=INSPECT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    source = parser.add_argument_group("source")
+    source.add_argument("--image", help="Image file of the prompt.")
+    source.add_argument("--question", help="The question (an <image> placeholder marks where the image goes).")
+    source.add_argument("--answer", help="Reference answer: the page then shows each completion's reward.")
+    source.add_argument("--dataset", help="Data set name or local file; the row's answer gives the rewards.")
+    source.add_argument("--split", default="train")
+    source.add_argument("--index", type=int, default=None, help="Row of --dataset. Default 0.")
+    source.add_argument("--records", help="Render saved selection records (JSON Lines) instead of running a model.")
+    source.add_argument("--response", action="append", help="Score this response instead of sampling (repeatable).")
+    _add_model_args(parser)
+    _add_settings_args(parser)
+    _add_generation_args(parser, num_generations=4)
+    rewards = parser.add_argument_group("rewards")
+    rewards.add_argument("--reward_funcs", nargs="+", default=["accuracy", "format"])
+    rewards.add_argument("--reward_weights", nargs="+", type=float, default=[0.9, 0.1])
+    output = parser.add_argument_group("output")
+    output.add_argument("--output", default="vepo-inspect.html", help="The HTML page to write.")
+    output.add_argument("--save_records", help="Also save the selection records (JSON Lines) here.")
+    output.add_argument("--title", default=None)
+    return parser
+
+
+def _inspect_source(args: argparse.Namespace) -> str:
+    chosen = [name for name in ("image", "dataset", "records") if getattr(args, name)]
+    if len(chosen) != 1:
+        raise UsageError(
+            "give exactly one source: --image PATH --question TEXT, --dataset NAME --index I, or --records FILE"
+            + (f" (got --{' and --'.join(chosen)})" if chosen else "")
+        )
+    source = chosen[0]
+    if source == "image":
+        if not args.question:
+            raise UsageError("--image needs --question")
+        if not os.path.isfile(args.image):
+            raise UsageError(f"--image: no such file: {args.image}")
+        from PIL import Image
+
+        try:
+            with Image.open(args.image) as image:
+                image.verify()
+        except Exception as error:
+            raise UsageError(f"--image: {args.image} is not a readable image ({type(error).__name__})") from None
+    elif args.question:
+        raise UsageError("--question goes with --image; a data set row brings its own question")
+    if source != "dataset" and args.index is not None:
+        raise UsageError("--index goes with --dataset")
+    if args.index is not None and args.index < 0:
+        raise UsageError(f"--index must be non-negative, got {args.index}")
+    if source == "records":
+        if not os.path.isfile(args.records):
+            raise UsageError(f"--records: no such file: {args.records}")
+        if args.model or args.response:
+            raise UsageError("--records renders saved records as they are; drop --model / --response")
+    return source
+
+
+def _write_outputs(args, records, settings_rows) -> None:
+    from .page import write_page
+    from .records import save_records
+
+    output = Path(args.output)
+    if output.suffix.lower() not in (".html", ".htm"):
+        output = output.with_suffix(".html")
+    write_page(output, records, title=args.title or "VEPO token selection", settings=settings_rows)
+    print(f"Wrote {output} ({len(records)} completions).")
+    if args.save_records:
+        save_records(args.save_records, records)
+        print(f"Saved the records to {args.save_records}.")
+
+
+def _summary_line(records) -> str:
+    jsd = sum(sum(r.jsd_top_k) for r in records if r.jsd_top_k is not None)
+    missed_h = sum(sum(j and not e for j, e in zip(r.jsd_top_k, r.entropy_top_k)) for r in records if r.jsd_top_k)
+    missed_s = sum(sum(j and not s for j, s in zip(r.jsd_top_k, r.selected)) for r in records if r.jsd_top_k)
+    if not jsd:
+        return ""
+    return (
+        f"Of {jsd} top-k JSD tokens, top-k entropy misses {missed_h / jsd:.1%} and the selection "
+        f"({records[0].strategy}) misses {missed_s / jsd:.1%}."
+    )
+
+
+def inspect_main(argv: list[str]) -> None:
+    parser = inspect_parser()
+    args = parser.parse_args(argv)
+    try:
+        source = _inspect_source(args)
+        if source == "records":
+            from .records import load_records
+
+            try:
+                records = load_records(args.records)
+            except ValueError as error:
+                raise UsageError(f"--records: {error}") from None
+            _write_outputs(args, records, {"source": args.records})
+            return
+        recipe = _read_recipe(args.config) if args.config else {}
+        model_name = _check_model(args.model or recipe.get("model_name_or_path"))
+        settings = _settings(args, recipe)
+        _check_generation(args)
+        _check_rewards(args)
+        if args.greedy and args.response:
+            raise UsageError("--greedy samples a response; --response gives them: choose one")
+        bounds = _pixel_bounds(args, recipe)
+        if source == "image":
+            from ..data.loaders import UnusableRowError, prepare_image
+
+            try:
+                images = [prepare_image(args.image, **bounds)]
+            except UnusableRowError as error:
+                raise UsageError(f"--image: {error}") from None
+            from .signals import build_messages
+
+            messages, answer, label = build_messages(args.question, 1), args.answer, args.image
+        else:
+            index = args.index or 0
+            dataset = _load_rows(args.dataset, args.split, index + 1, _dataset_bounds(args, bounds))
+            if index >= len(dataset):
+                raise UsageError(f"--index {index} is out of range: {args.dataset} has {len(dataset)} rows")
+            row = dataset[index]
+            messages, images = row["prompt"], row.get("images") or []
+            answer = args.answer if args.answer is not None else row.get("answer")
+            label = f"{args.dataset}[{index}]"
+            if not images:
+                raise UsageError(f"{label} has no image; VEPO's signals need one")
+        model, processor, _ = _load_model(model_name, args.device, args.dtype)
+    except UsageError as error:
+        fail(parser.prog, error)
+
+    records = run_inspect(
+        model, processor, messages, images, settings, args=args, answer=answer, model_name=model_name, source=label
+    )
+    _write_outputs(args, records, {"model": model_name, "source": label, **settings.describe()})
+    line = _summary_line(records)
+    if line:
+        print(line)
+
+
+def run_inspect(model, processor, messages, images, settings, *, args, answer, model_name, source):
+    """Sample (or take) responses of one prompt, score them, and return their `SelectionRecord`s."""
+    from ..rewards import completion_to_text
+    from .records import records_from_signals
+    from .signals import completion_signals, encode_prompt, encode_responses, sample_completions
+
+    device = model.device
+    prompt = encode_prompt(processor, messages, images, device=device)
+    if args.response:
+        completions = encode_responses(processor, args.response)
+    else:
+        completions = sample_completions(
+            model,
+            processor,
+            prompt,
+            1 if args.greedy else args.num_generations,
+            max_new_tokens=args.max_new_tokens,
+            temperature=settings.temperature,
+            greedy=args.greedy,
+            seed=args.sample_seed,
+        )
+    if not any(completions):
+        raise SystemExit("vepo-trl inspect: error: every response is empty; nothing to show")
+    example = completion_signals(model, processor, prompt, completions, settings, batch_size=args.batch_size)
+    tokenizer = getattr(processor, "tokenizer", processor)
+    texts = [tokenizer.decode(c, skip_special_tokens=True) for c in completions]
+    rewards, details = _rewards([completion_to_text(t) for t in texts], answer, args.reward_funcs, args.reward_weights)
+    records = records_from_signals(
+        example.completion_ids,
+        processor,
+        example.signals,
+        example.mask,
+        example.selected,
+        ratio=settings.ratio,
+        alpha=settings.alpha,
+        strategy=settings.strategy,
+        rewards=rewards,
+        prompts=[messages] * len(completions),
+        images=[images] * len(completions),
+        groups=[0] * len(completions),
+        meta={
+            "model": model_name,
+            "source": source,
+            **{k: v for k, v in settings.describe().items() if k not in ("strategy", "k", "alpha")},
+        },
+    )
+    for record, detail in zip(records, details):
+        if detail:
+            record.meta["rewards"] = detail
+        if answer is not None:
+            record.meta["answer"] = str(answer)
+    return records

@@ -33,7 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 warnings.filterwarnings("ignore")
 
-import vepo_trl.trainer as trainer_module  # noqa: E402
+import vepo_trl.perturbed_pass as perturbed_pass_module  # noqa: E402
 from vepo_trl import VEPOConfig, VEPOTrainer  # noqa: E402
 from vepo_trl.data import synthetic_training_dataset  # noqa: E402
 from vepo_trl.testing import QWEN_SPECIAL_TOKENS, build_processor  # noqa: E402
@@ -181,13 +181,13 @@ def run_method(name, settings, model, processor, batch, args, device, output_dir
     timer = PhaseTimer(device)
     timer.wrap(trainer, "_forward", "loss_forward")
     timer.wrap(trainer, "_perturbed_hidden", "perturbed_forward")
-    original_signals = trainer_module.token_signals
+    original_signals = perturbed_pass_module.token_signals
 
     def timed_signals(*a, **k):
         with timer.phase("signals"):
             return original_signals(*a, **k)
 
-    trainer_module.token_signals = timed_signals
+    perturbed_pass_module.token_signals = timed_signals
     steps, losses = [], []
     try:
         for step in range(args.warmup + args.steps):
@@ -205,13 +205,13 @@ def run_method(name, settings, model, processor, batch, args, device, output_dir
                 losses.append(float(loss))
         peak = torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else float("nan")
     finally:
-        trainer_module.token_signals = original_signals
+        perturbed_pass_module.token_signals = original_signals
     phases = sorted({key for step in steps for key in step})
     result = {phase: statistics.median(step.get(phase, 0.0) for step in steps) for phase in phases}
     result["step"] = statistics.median(step["compute_loss"] + step["backward"] for step in steps)
     result["peak_memory_gb"] = peak
     result["perturbed_completions"] = trainer.num_perturbed_completions
-    result["tile_size"] = trainer._tile_size(device) if trainer.selection.needs_perturbed_pass else None
+    result["tile_size"] = trainer.perturbed_pass.tile_size(device) if trainer.selection.needs_perturbed_pass else None
     return result
 
 

@@ -23,9 +23,9 @@ def _mask_with_weights(trainer, inputs, state_dict=None, step=None):
         current = copy.deepcopy(trainer.model.state_dict())
         trainer.model.load_state_dict(state_dict)
     batch = {k: v for k, v in clone_inputs(inputs).items() if k != SELECTION_KEY}
-    with torch.no_grad(), trainer._capture_final_hidden(trainer.model) as captured:
+    with torch.no_grad(), trainer.perturbed_pass.capture(trainer.model) as captured:
         forward = trainer._forward(trainer.model, batch)
-    mask = trainer._select_at_first_use(trainer.model, batch, forward, captured)
+    mask = trainer.selection_pipeline.select_at_first_use(trainer.model, batch, forward, captured)
     if current is not None:
         trainer.model.load_state_dict(current)
     trainer.state.global_step = current_step
@@ -153,9 +153,9 @@ def test_skipping_does_not_change_the_loss(tiny_model_dir, visual_dataset, tmp_p
 
 def test_tile_size_defaults_to_64_on_the_cpu(tiny_model_dir, visual_dataset, tmp_path):
     trainer = make_trainer(tiny_model_dir, visual_dataset, tmp_path)
-    assert trainer.args.scoring_tile_size is None and trainer._tile_size(torch.device("cpu")) == 64
+    assert trainer.args.scoring_tile_size is None and trainer.perturbed_pass.tile_size(torch.device("cpu")) == 64
     trainer.args.scoring_tile_size = 8
-    assert trainer._tile_size(torch.device("cpu")) == 8
+    assert trainer.perturbed_pass.tile_size(torch.device("cpu")) == 8
 
 
 def test_vepo_config_rejects_adaptive_entropy_with_selection():

@@ -169,7 +169,7 @@ def test_perturbed_forward_runs_once_per_completion(
         return output
 
     backbone_calls = []
-    trainer._base_model(trainer.model).base_model.register_forward_hook(lambda *_: backbone_calls.append(1))
+    trainer.perturbed_pass.base_model(trainer.model).base_model.register_forward_hook(lambda *_: backbone_calls.append(1))
     trainer._generate_and_score_completions = counting_generate
     trainer.train()
     assert sum(generated) > 0
@@ -362,9 +362,9 @@ def test_mask_independent_of_batch_and_padding(tiny_model_dir, visual_dataset, t
 
 def _select_alone(trainer, inputs):
     """The trainer's selection for `inputs`, from a fresh loss forward, as on a batch's first use."""
-    with torch.no_grad(), trainer._capture_final_hidden(trainer.model) as captured:
+    with torch.no_grad(), trainer.perturbed_pass.capture(trainer.model) as captured:
         forward = trainer._forward(trainer.model, inputs)
-    return trainer._select_at_first_use(trainer.model, inputs, forward, captured)
+    return trainer.selection_pipeline.select_at_first_use(trainer.model, inputs, forward, captured)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,120 @@
+"""docs/ARCHITECTURE.md's layer table against the package's real import graph (imports inside functions included):
+every module listed once, no import of a higher layer, no cycle; and the size limits of the trainer and its classes."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "vepo_trl"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the package's modules it imports (relative or absolute, at any depth of the file)."""
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                candidates = [target] + [f"{target}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                candidates = [alias.name for alias in node.names]
+            else:
+                continue
+            edges |= {c for c in candidates if c in modules and c != name}
+        graph[name] = edges
+    return graph
+
+
+def documented_layers() -> dict[str, int]:
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    block = re.search(r"```layers\n(.*?)```", text, re.S)
+    assert block, "docs/ARCHITECTURE.md has no ```layers block"
+    layers: dict[str, int] = {}
+    for line in block.group(1).splitlines():
+        match = re.match(r"layer (\d+)\s+(.*)", line.strip())
+        assert match, f"unreadable line in the layers block: {line!r}"
+        for module in match.group(2).split():
+            assert module not in layers, f"{module} is listed twice in docs/ARCHITECTURE.md"
+            layers[module] = int(match.group(1))
+    return layers
+
+
+def test_every_module_is_in_the_documented_layers():
+    graph, layers = import_graph(), documented_layers()
+    assert set(graph) - set(layers) == set(), "modules missing from docs/ARCHITECTURE.md's layers"
+    assert set(layers) - set(graph) == set(), "docs/ARCHITECTURE.md lists modules that do not exist"
+
+
+def test_no_module_imports_a_higher_layer():
+    graph, layers = import_graph(), documented_layers()
+    upward = [
+        f"{module} (layer {layers[module]}) imports {target} (layer {layers[target]})"
+        for module, targets in graph.items()
+        for target in targets
+        if layers[target] > layers[module]
+    ]
+    assert upward == []
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(graph[node]):
+            if state.get(target) == 1:
+                return path[path.index(target) :] + [target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_import_graph_has_no_cycle():
+    assert find_cycle(import_graph()) is None
+
+
+def test_the_cycle_finder_finds_one():
+    # The check above can fail: a two-module loop and a three-module loop are found
+    assert find_cycle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+
+
+def test_no_circular_import_between_train_and_trainer():
+    graph = import_graph()
+    assert "vepo_trl.train" not in graph["vepo_trl.trainer"]
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_class_is_over_300_lines(path):
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ClassDef):
+            assert node.end_lineno - node.lineno + 1 <= 300, f"{node.name} in {path.name} is over 300 lines"
+
+
+def test_the_trainer_is_wiring():
+    assert len((PACKAGE / "trainer.py").read_text().splitlines()) < 300

@@ -1,0 +1,159 @@
+"""Reading TRL's generation batches: which keys are multimodal, rows of a batch, which rows have an image, the loss mask.
+
+A batch here is the dict `GRPOTrainer._generate_and_score_completions` returns (`prompt_ids`, `completion_ids`, the
+masks, `advantages`, and the processor's multimodal outputs). Plain functions of that dict and its tensors; nothing
+here runs a model.
+"""
+
+from __future__ import annotations
+
+import inspect
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+from trl.trainer.utils import split_pixel_values_by_grid, unsplit_pixel_values_by_grid
+
+
+# The multimodal inputs GRPO forwards to the model: the keyword arguments of its log-prob forward after the fixed ones,
+# read from TRL itself so that a key TRL adds reaches VEPO's forwards too
+_FIXED_FORWARD_ARGS = {
+    "self",
+    "model",
+    "input_ids",
+    "attention_mask",
+    "logits_to_keep",
+    "batch_size",
+    "compute_entropy",
+    "compute_aux_loss",
+}
+MULTIMODAL_KEYS: tuple[str, ...] = tuple(
+    name
+    for name in inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies).parameters
+    if name not in _FIXED_FORWARD_ARGS
+)
+# Of those, the ones that tell GRPO how to split a batch rather than being model inputs
+_SPLIT_KEYS = ("num_images", "num_tiles")
+MODEL_INPUT_KEYS: tuple[str, ...] = tuple(key for key in MULTIMODAL_KEYS if key not in _SPLIT_KEYS)
+# Per-row token-type inputs, sliced with the rows
+_ROW_KEYS = ("token_type_ids", "mm_token_type_ids")
+
+
+def multimodal_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
+    """Every multimodal keyword of GRPO's log-prob forward, `None` where the batch has none."""
+    return {key: inputs.get(key) for key in MULTIMODAL_KEYS}
+
+
+def take_rows(inputs: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
+    """The multimodal inputs of the responses `rows` `(n,)` (indices into the batch), in that order.
+
+    Per-image tensors are split per response with TRL's own `split_pixel_values_by_grid` (the layout rules of every
+    family TRL knows), the chosen responses' pieces taken and merged back with `unsplit_pixel_values_by_grid`. Rows
+    without any image take no pixel inputs at all, as in a text-only batch."""
+    out: dict[str, Any] = {}
+    rows_list = rows.tolist()
+    num_images = inputs.get("num_images")
+    if num_images is not None:
+        out["num_images"] = [num_images[r] for r in rows_list]
+    if inputs.get("pixel_values") is not None and num_images is not None:
+        present = {key: inputs[key] for key in MULTIMODAL_KEYS if inputs.get(key) is not None}
+        split = split_pixel_values_by_grid(present)
+        per_row = [key for key, value in split.items() if isinstance(value, list) and key not in _SPLIT_KEYS]
+        if sum(out["num_images"]) == 0:
+            out.update(dict.fromkeys(per_row))
+        else:
+            out.update(unsplit_pixel_values_by_grid({key: [split[key][r] for r in rows_list] for key in per_row}))
+    for key in _ROW_KEYS:
+        if inputs.get(key) is not None:
+            out[key] = inputs[key][rows.to(inputs[key].device)]
+    return out
+
+
+def sequence(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompt and completion as one sequence: `input_ids` and `attention_mask`, `(B, P + T)` each."""
+    input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    return input_ids, torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+
+
+def loss_mask(inputs: dict[str, Any]) -> torch.Tensor:
+    """`(B, T)` bool: the completion tokens the loss reads (tool-written tokens excluded)."""
+    mask = inputs["completion_mask"]
+    if "tool_mask" in inputs:
+        mask = mask * inputs["tool_mask"]
+    return mask.bool()
+
+
+def rows_with_image(num_images, pixel_values, like: torch.Tensor) -> torch.Tensor:
+    """`(B,)` bool: responses whose prompt has an image, on `like`'s device."""
+    if pixel_values is None or num_images is None:
+        return torch.zeros(like.size(0), dtype=torch.bool, device=like.device)
+    return torch.tensor([n > 0 for n in num_images], dtype=torch.bool, device=like.device)
+
+
+def has_image(inputs: dict[str, Any]) -> torch.Tensor:
+    return rows_with_image(inputs.get("num_images"), inputs.get("pixel_values"), inputs["completion_ids"])
+
+
+def row_images(examples: list[dict]) -> list[list] | None:
+    """Each data row's images as TRL reads them (`images` list or `image`), `None` when TRL sees none."""
+    if "images" in examples[0]:
+        images = [example.get("images") or [] for example in examples]
+    elif "image" in examples[0]:
+        images = [[example["image"]] if example.get("image") is not None else [] for example in examples]
+    else:
+        return None
+    return None if all(row == [] for row in images) else images
+
+
+def completion_hidden(captured: list[torch.Tensor], length: int) -> torch.Tensor:
+    """`(B, T, d)` hidden states that predict the `length` completion tokens from a forward's captured last states."""
+    # The hidden state at position i predicts token i + 1, so completion token j comes from the position before it
+    hidden = torch.cat(captured, dim=0)
+    return hidden[:, -length - 1 : -1]
+
+
+def has_active_dropout(model: torch.nn.Module) -> bool:
+    """Whether a forward in training mode is random: any dropout module with p > 0 (LoRA's `lora_dropout` included) or
+    an attention dropout in the config."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0:
+            return True
+    config = getattr(model, "config", None)
+    text_config = config.get_text_config() if config is not None and hasattr(config, "get_text_config") else config
+    return any(float(getattr(c, "attention_dropout", 0.0) or 0.0) > 0 for c in (config, text_config) if c is not None)
+
+
+@contextmanager
+def scoring_mode(model: torch.nn.Module):
+    """A scoring forward runs as in inference: dropout off, and no activation checkpointing (its no-grad pass has no
+    backward to save memory for). Every module's training flag is restored after."""
+    flags = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in flags:
+            module.training = training
+
+
+@contextmanager
+def capture_final_hidden(backbone: torch.nn.Module, enabled: bool = True):
+    """Collect `backbone`'s last hidden states (after the final norm) during the forwards run in this block.
+
+    TRL's fused LM head reads the same tensor from the same module, so the clean distribution comes from the very
+    forward the loss (or TRL's rollout-time pass) uses. Detached: the loss graph is untouched."""
+    captured: list[torch.Tensor] = []
+    if not enabled:
+        yield captured
+        return
+
+    def hook(module, args, output):
+        hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+        captured.append(hidden.detach())
+
+    handle = backbone.register_forward_hook(hook)
+    try:
+        yield captured
+    finally:
+        handle.remove()

@@ -1,0 +1,205 @@
+"""The perturbed-image pass: one no-grad forward with noisy `pixel_values`, and the per-token signals it gives.
+
+`PerturbedPass.signals_for_rows` takes the clean completion hidden states of some responses, runs their perturbed
+forward in chunks and returns the signals of `scoring.token_signals` (JSD, entropies, log-probs) for their valid
+tokens. Every process runs the same number of chunks, whatever its share of images: a process with nothing to score
+runs a one-image dummy forward and a signal pass over no token, so the parameter gathers of ZeRO-3 / FSDP (language
+model, vision tower, LM head) line up across processes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from accelerate.utils import is_peft_model
+
+from .batch import MODEL_INPUT_KEYS, capture_final_hidden, completion_hidden, scoring_mode, sequence, take_rows
+from .perturb import PixelLayout, perturb_pixel_values
+from .scoring import TokenSignals, scatter_to_rows, token_signals
+
+
+def check_vision_support(processing_class, strategy: str) -> None:
+    """Refuse, at start-up, a processor the perturbed pass cannot perturb the images of."""
+    from transformers import ProcessorMixin
+
+    if not isinstance(processing_class, ProcessorMixin) or not hasattr(processing_class, "image_processor"):
+        raise ValueError(
+            f"selection_strategy={strategy!r} compares the model with a clean and a perturbed image, but the "
+            f"processing class ({type(processing_class).__name__}) has no image processor: the model looks "
+            "text-only. Use a vision-language model and its processor, or selection_strategy='entropy' / 'full'."
+        )
+    image_processor = processing_class.image_processor
+    if not all(hasattr(image_processor, name) for name in ("patch_size", "temporal_patch_size", "merge_size")):
+        raise ValueError(
+            f"selection_strategy={strategy!r} perturbs Qwen2-VL-style `pixel_values` (14x14 patches with "
+            f"`image_grid_thw`), but the image processor is a {type(image_processor).__name__}. Use a Qwen2-VL or "
+            "Qwen2.5-VL model, or selection_strategy='entropy' / 'full'."
+        )
+
+
+def check_lm_head(model, head: torch.nn.Module) -> None:
+    """The signals read the LM head's weight directly: refuse a head wrapped by a PEFT adapter."""
+    if is_peft_model(model) and not isinstance(head, torch.nn.Linear):
+        raise ValueError(
+            "VEPO reads the LM head's weight to compute JSD between the clean and perturbed distributions, but "
+            f"the head is wrapped by a PEFT adapter ({type(head).__name__}). Remove `lm_head` from the adapter's "
+            "target_modules."
+        )
+
+
+class PerturbedPass:
+    """The perturbed forward and the signals, for a trainer `host` (a `VEPOTrainer`): it reads the host's current
+    `model` (wrapped by accelerate after `train()` starts), `accelerator`, `args`, `processing_class`, `state`,
+    `temperature`, `num_generations` and `current_noise_step()`."""
+
+    def __init__(self, host, pixel_layout: PixelLayout | None):
+        self.host = host
+        self.pixel_layout = pixel_layout
+        self._base_models: dict[int, torch.nn.Module] = {}
+        self._dummy_inputs: dict[str, torch.Tensor] | None = None
+        # Completions run through the perturbed forward so far (benchmarks and tests read it)
+        self.num_completions = 0
+
+    # -- model parts ---------------------------------------------------------------------------------------------
+
+    def base_model(self, model) -> torch.nn.Module:
+        """The transformers model under the accelerate / DeepSpeed / FSDP / PEFT wrappers."""
+        # Unwrapping walks the wrappers, milliseconds a call; the wrapped object is fixed
+        if id(model) not in self._base_models:
+            unwrapped = self.host.accelerator.unwrap_model(model)
+            self._base_models[id(model)] = unwrapped.get_base_model() if is_peft_model(unwrapped) else unwrapped
+        return self._base_models[id(model)]
+
+    def lm_head(self, model) -> torch.nn.Module:
+        return self.base_model(model).get_output_embeddings()
+
+    def capture(self, model, enabled: bool = True):
+        """`batch.capture_final_hidden` on the model's backbone (the module TRL's fused LM head reads)."""
+        return capture_final_hidden(self.base_model(model).base_model, enabled)
+
+    def text_config(self):
+        return self.base_model(self.host.model).config.get_text_config()
+
+    def tile_size(self, device: torch.device) -> int:
+        """Tokens per tile of the signal pass: the config's, else 64 on a CPU, else the largest power of two in
+        [64, 1024] whose five `(tile, V)` fp32 tensors take at most a tenth of the free accelerator memory."""
+        if self.host.args.scoring_tile_size is not None:
+            return self.host.args.scoring_tile_size
+        if device.type != "cuda":
+            return 64
+        free, _ = torch.cuda.mem_get_info(device)
+        vocab = self.text_config().vocab_size  # from the config: a ZeRO-3 partitioned head reports shape (0,)
+        tile = 64
+        while tile < 1024 and 5 * (2 * tile) * vocab * 4 <= free / 10:
+            tile *= 2
+        return tile
+
+    # -- forwards ------------------------------------------------------------------------------------------------
+
+    def dummy_forward(self, model) -> None:
+        """A one-image, few-token forward for a process with nothing to score: it enters the same collectives (ZeRO-3 /
+        FSDP parameter gathers of the language model AND the vision tower) as a real one. Built once, kept on the
+        device."""
+        if self._dummy_inputs is None:
+            from PIL import Image
+
+            processor = self.host.processing_class
+            image = Image.new("RGB", (56, 56), (127, 127, 127))
+            messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "."}]}]
+            text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            encoded = processor(images=[image], text=[text], return_tensors="pt")
+            device = self.host.accelerator.device
+            self._dummy_inputs = {k: v.to(device) for k, v in encoded.items() if isinstance(v, torch.Tensor)}
+        with scoring_mode(model), self.host.accelerator.autocast():
+            model(**self._dummy_inputs, logits_to_keep=1, use_cache=False)
+
+    @torch.no_grad()
+    def perturbed_hidden(self, model, input_ids, attention_mask, length, multimodal, pixel_values) -> torch.Tensor:
+        """Completion hidden states `(n, T, d)` of the no-grad forward (dropout off) with the perturbed `pixel_values`
+        in place of the inputs'. The head runs on one position only: the signals need hidden states, not logits."""
+        model_inputs = {key: multimodal[key] for key in MODEL_INPUT_KEYS if multimodal.get(key) is not None}
+        model_inputs["pixel_values"] = pixel_values
+        with self.capture(model) as captured, scoring_mode(model), self.host.accelerator.autocast():
+            model(
+                input_ids=input_ids, attention_mask=attention_mask, **model_inputs, logits_to_keep=1, use_cache=False
+            )
+        return completion_hidden(captured, length)
+
+    # -- signals -------------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def score_rows(self, inputs, index: torch.Tensor, clean_tokens: torch.Tensor, wanted: set[str]) -> TokenSignals:
+        """Signals of the responses `index` `(n,)` of a batch, over their valid completion tokens (flattened, row by
+        row, `(N,)` each), from their clean hidden states `clean_tokens` `(N, d)` and one perturbed forward. With no
+        row, a dummy forward and a signal pass over no token keep the collectives aligned."""
+        host, model = self.host, self.host.model
+        input_ids, attention_mask = sequence(inputs)
+        length = inputs["completion_ids"].size(1)
+        valid = inputs["completion_mask"].bool()
+        if index.numel() == 0:
+            self.dummy_forward(model)
+            perturbed = clean_tokens.new_zeros(0, self.text_config().hidden_size)
+            targets = input_ids.new_zeros(0)
+        else:
+            row_inputs = take_rows(inputs, index)
+            args = host.args
+            perturbed_pixels = perturb_pixel_values(
+                args.perturbation,
+                row_inputs["pixel_values"],
+                row_inputs["image_grid_thw"],
+                self.pixel_layout,
+                seed=args.perturbation_seed,
+                step=host.state.global_step,
+                noise_step=host.current_noise_step(),
+                sigma=args.noise_sigma,
+                patch_probability=args.patch_probability,
+                num_generations=host.num_generations,
+            )
+            ids, mask = input_ids[index], attention_mask[index]
+            perturbed = self.perturbed_hidden(model, ids, mask, length, row_inputs, perturbed_pixels)[valid[index]]
+            targets = inputs["completion_ids"][index][valid[index]]
+            self.num_completions += int(index.numel())
+        head = self.lm_head(model)
+        text_config = self.text_config()
+        logit_scale = getattr(text_config, "logit_scale", None)
+        return token_signals(
+            clean_tokens.to(perturbed.device, perturbed.dtype),
+            perturbed,
+            head.weight,
+            head.bias,
+            targets=targets,
+            signals=wanted,
+            temperature=host.temperature,
+            logit_scale=1.0 if logit_scale is None else float(logit_scale),
+            final_logit_softcapping=getattr(text_config, "final_logit_softcapping", None),
+            tile_size=self.tile_size(input_ids.device),
+        )
+
+    def signals_for_rows(
+        self, inputs: dict[str, Any], signals: TokenSignals, rows: torch.Tensor, clean_of_row, batch_size: int, wanted
+    ) -> TokenSignals:
+        """Score the responses `rows` `(B,)` in chunks of `batch_size`, `clean_of_row(i)` giving response i's clean
+        token states `(n_valid, d)`; every process runs as many chunks as the process with the most. Writes the
+        signals into `signals` (`(B, T)` fields) for those responses."""
+        index = rows.nonzero().squeeze(-1)
+        chunks = max(1, -(-int(index.numel()) // batch_size))
+        # The same number of scoring passes on every process, whatever each one's share of images and advantages
+        chunks = int(self.host.accelerator.gather(torch.tensor([chunks], device=rows.device)).max())
+        valid = inputs["completion_mask"].bool()
+        token_rows = torch.zeros_like(valid)
+        token_rows[index] = valid[index]
+        pieces: list[TokenSignals] = []
+        hidden_size = self.text_config().hidden_size
+        for chunk in range(chunks):
+            chunk_index = index[chunk * batch_size : (chunk + 1) * batch_size]
+            clean = [clean_of_row(int(i)) for i in chunk_index]
+            clean = torch.cat(clean) if clean else torch.zeros(0, hidden_size, device=rows.device)
+            pieces.append(self.score_rows(inputs, chunk_index, clean.to(rows.device), wanted))
+        for name in pieces[0].computed():
+            values = scatter_to_rows(torch.cat([getattr(piece, name) for piece in pieces]), token_rows)
+            current = getattr(signals, name)
+            # The other responses keep what the forward gave (their entropy ranks them); the scored ones' clean entropy
+            # is recomputed on the same fp32 path as the perturbed one, so their gap carries no fused-head difference
+            setattr(signals, name, values if current is None else torch.where(token_rows, values, current))
+        return signals

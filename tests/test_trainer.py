@@ -169,7 +169,9 @@ def test_perturbed_forward_runs_once_per_completion(
         return output
 
     backbone_calls = []
-    trainer.perturbed_pass.base_model(trainer.model).base_model.register_forward_hook(lambda *_: backbone_calls.append(1))
+    trainer.perturbed_pass.base_model(trainer.model).base_model.register_forward_hook(
+        lambda *_: backbone_calls.append(1)
+    )
     trainer._generate_and_score_completions = counting_generate
     trainer.train()
     assert sum(generated) > 0

@@ -510,3 +510,16 @@ def test_gaussian_release_gives_every_rollout_of_a_prompt_the_same_image():
     grids = torch.cat([grid, grid, grid])
     out = perturb_pixel_values("gaussian_release", batch, grids, seed=1, step=0).split(rows.shape[0])
     assert torch.equal(out[0], out[1]) and torch.equal(out[1], out[2]) and not torch.equal(out[0], rows)
+
+
+@pytest.mark.parametrize("num_generations, effective", [(12, "6.93"), (4, "4.00")])
+def test_gaussian_release_is_described_as_it_behaves(num_generations, effective):
+    # The noise accumulates over the run's rollouts per prompt, so the summary and model card state that run's sigma
+    from types import SimpleNamespace
+
+    from vepo_trl.run_summary import perturbation_text
+
+    args = SimpleNamespace(perturbation="gaussian_release", noise_sigma=2.0, num_generations=num_generations)
+    text = perturbation_text(args)
+    assert f"over {num_generations} rollouts" in text and f"effective sigma {effective}" in text
+    # (test_gaussian_release_accumulates_noise_like_the_release measures those sigmas on the noise itself)

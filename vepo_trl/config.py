@@ -65,7 +65,8 @@ class VEPOConfig(GRPOConfig):
         perturbation (`str`, *optional*, defaults to `"diffusion"`):
             How the counterfactual image is made: `"diffusion"` (the paper), `"gaussian"` (the noise the authors'
             release means to add, `N(0, noise_sigma^2)` on normalised values), `"gaussian_release"` (what the release
-            actually does: that noise accumulated once per rollout, std `noise_sigma * sqrt(12)`, 6.93 at sigma 2),
+            actually does: that noise accumulated once per rollout of a prompt, std `noise_sigma * sqrt(num_generations)`,
+            6.93 at sigma 2 with the paper's 12 generations, 4.00 with 4),
             `"mean_image"`, `"black_image"` or `"patch_blackout"`.
         noise_step (`int`, *optional*, defaults to `500`):
             Diffusion step `tau` in [0, 999] of the `"diffusion"` perturbation.
@@ -151,7 +152,7 @@ class VEPOConfig(GRPOConfig):
         default="diffusion",
         metadata={
             "help": "Counterfactual image: diffusion (the paper), gaussian, gaussian_release (the release's "
-            "accumulated noise, sigma * sqrt(12)), mean_image, black_image or patch_blackout."
+            "accumulated noise, sigma * sqrt(num_generations)), mean_image, black_image or patch_blackout."
         },
     )
     noise_step: int = field(

@@ -239,7 +239,8 @@ RELEASE_NUM_GENERATIONS = 12
 def gaussian_release_noise(
     rows, grid, layout, generator, *, sigma: float = 2.0, num_generations: int = RELEASE_NUM_GENERATIONS, **_
 ):
-    """The release as it actually runs: noise accumulated once per rollout, `N(0, (sigma * sqrt(n))^2)`, n = 12."""
+    """The release as it actually runs: noise accumulated once per rollout, `N(0, (sigma * sqrt(n))^2)`, n the
+    rollouts per prompt (`num_generations`; 12 in the paper, 6.93 at sigma 2)."""
     # In the release (commit 4247308) a prompt's n rollouts share one input dict and each adds N(0, sigma^2) to the
     # same `pixel_values` in place, so the image is scored with the sum of n draws (std sigma * sqrt(n): 6.93 for
     # sigma 2, n 12), and all n rollouts see that one noisy image. Seeding per image content already gives every

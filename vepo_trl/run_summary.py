@@ -66,10 +66,12 @@ def perturbation_text(args, noise_steps: list[float] | None = None, max_steps: i
     if name == "gaussian":
         return f"`gaussian`, sigma {args.noise_sigma:g} on normalised pixel values"
     if name == "gaussian_release":
-        effective = args.noise_sigma * math.sqrt(RELEASE_NUM_GENERATIONS)
+        # The release adds the noise once per rollout of a prompt: this run's num_generations times (12 in the paper)
+        rollouts = int(getattr(args, "num_generations", None) or RELEASE_NUM_GENERATIONS)
+        effective = args.noise_sigma * math.sqrt(rollouts)
         return (
-            f"`gaussian_release`, sigma {args.noise_sigma:g} accumulated over {RELEASE_NUM_GENERATIONS} rollouts "
-            f"(effective sigma {effective:.2f}, as in the authors' release)"
+            f"`gaussian_release`, sigma {args.noise_sigma:g} accumulated over {rollouts} rollouts "
+            f"(effective sigma {effective:.2f}, as the authors' release accumulates it)"
         )
     if name == "patch_blackout":
         return f"`patch_blackout`, each patch blacked out with probability {args.patch_probability:g}"

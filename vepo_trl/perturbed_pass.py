@@ -17,6 +17,7 @@ from accelerate.utils import is_peft_model
 from .batch import MODEL_INPUT_KEYS, capture_final_hidden, completion_hidden, scoring_mode, sequence, take_rows
 from .perturb import PixelLayout, perturb_pixel_values
 from .scoring import TokenSignals, scatter_to_rows, token_signals
+from .sharding import full_lm_head
 
 
 def check_vision_support(processing_class, strategy: str) -> None:
@@ -163,18 +164,20 @@ class PerturbedPass:
         head = self.lm_head(model)
         text_config = self.text_config()
         logit_scale = getattr(text_config, "logit_scale", None)
-        return token_signals(
-            clean_tokens.to(perturbed.device, perturbed.dtype),
-            perturbed,
-            head.weight,
-            head.bias,
-            targets=targets,
-            signals=wanted,
-            temperature=host.temperature,
-            logit_scale=1.0 if logit_scale is None else float(logit_scale),
-            final_logit_softcapping=getattr(text_config, "final_logit_softcapping", None),
-            tile_size=self.tile_size(input_ids.device),
-        )
+        # FSDP1 keeps the head as a flat shard outside a forward: gather its unit (every process, rows or not)
+        with full_lm_head(model, head):
+            return token_signals(
+                clean_tokens.to(perturbed.device, perturbed.dtype),
+                perturbed,
+                head.weight,
+                head.bias,
+                targets=targets,
+                signals=wanted,
+                temperature=host.temperature,
+                logit_scale=1.0 if logit_scale is None else float(logit_scale),
+                final_logit_softcapping=getattr(text_config, "final_logit_softcapping", None),
+                tile_size=self.tile_size(input_ids.device),
+            )
 
     def signals_for_rows(
         self, inputs: dict[str, Any], signals: TokenSignals, rows: torch.Tensor, clean_of_row, batch_size: int, wanted

@@ -33,6 +33,7 @@ from .perturb import PixelLayout, annealed_noise_step, get_perturbation
 from .perturbed_pass import PerturbedPass, check_lm_head, check_vision_support
 from .scoring import TOKEN_COUNT_NORMALISED_LOSSES, get_strategy
 from .selection_pipeline import COUNT_SCALE_KEY, SELECTION_KEY, SelectionPipeline
+from .sharding import maybe_align_vision_tower
 
 
 __all__ = ["COUNT_SCALE_KEY", "SELECTION_KEY", "VEPOTrainer"]
@@ -96,6 +97,10 @@ class VEPOTrainer(GRPOTrainer):
             dropout=has_active_dropout(self.model),
             noise_step_metric="noise_step" in inspect.signature(get_perturbation(args.perturbation)).parameters,
         )
+        # Under FSDP / ZeRO-3, every process runs the vision tower in every forward where one does (policy and
+        # reference model): text-only micro-batches would otherwise skip its parameter gathers
+        models = [m for m in (self.model, getattr(self, "ref_model", None)) if m is not None]
+        self.vision_alignment = [maybe_align_vision_tower(self, self.perturbed_pass.base_model(m)) for m in models]
 
     @property
     def num_perturbed_completions(self) -> int:

@@ -1,0 +1,190 @@
+"""Sharded weights (FSDP1, FSDP2, DeepSpeed ZeRO-3): read the whole LM head, and run the same parameter gathers on
+every process whatever its micro-batch holds.
+
+Under sharding a module's parameters are gathered by collectives when it runs. Two things VEPO needs then break:
+
+- the signals read the LM head's weight directly, outside a forward. FSDP2 (DTensor) and ZeRO-3 are gathered inside
+  `scoring.token_signals`; FSDP1 keeps the weight as a flat 1-D slice of the local shard outside a forward, so
+  `full_lm_head` gathers its FSDP unit around the read (a collective: every process enters it, with or without rows);
+- a vision-language model runs its vision tower only when the micro-batch has an image. A process whose micro-batch is
+  text-only would enter fewer gathers than one whose has: a hang, or gathers paired with the wrong tensors.
+  `VisionTowerAlignment` makes every process run the vision tower in a forward where any process runs it (one scalar
+  all-reduce per forward tells): where the model would not (no `pixel_values`), it runs it on a small dummy image
+  just before the language model, at the point in the forward
+  where an image forward runs it, and adds `0 x` its output to the language model's input embeddings so the backward
+  reaches the tower's parameters too, last, as for an image (their gradient reductions line up in number and order,
+  and their gradient is exactly zero).
+
+Nothing here runs when the weights are not sharded.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+
+import torch
+
+
+logger = logging.getLogger(__name__)
+
+
+# Attribute names of the vision tower and the language model inside transformers' multimodal models
+_VISION_NAMES = ("visual", "vision_tower", "vision_model")
+_LANGUAGE_NAMES = ("language_model", "text_model")
+
+
+def weights_are_sharded(trainer) -> bool:
+    """Whether the trainer's model will run with sharded parameters (FSDP1, FSDP2 or ZeRO-3)."""
+    if getattr(trainer, "is_fsdp_enabled", False):
+        return True
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    return bool(getattr(trainer, "is_deepspeed_enabled", False) and plugin is not None and plugin.zero_stage == 3)
+
+
+def _fsdp1_owner(model: torch.nn.Module, module: torch.nn.Module):
+    """The innermost FSDP1 unit holding `module`'s parameters, or `None` when `model` is not wrapped by FSDP1."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    if not isinstance(model, FullyShardedDataParallel):  # FSDP1 always wraps the root: nothing to walk otherwise
+        return None
+    units, target = {}, None
+    for name, child in model.named_modules():
+        if isinstance(child, FullyShardedDataParallel):
+            units[name] = child
+        if child is module:
+            target = name
+    if not units or target is None:
+        return None
+    # The unit whose path is the longest prefix of the module's (the root unit's path is "")
+    owners = [name for name in units if name == "" or target == name or target.startswith(name + ".")]
+    return units[max(owners, key=len)] if owners else None
+
+
+@contextmanager
+def full_lm_head(model: torch.nn.Module, head: torch.nn.Module):
+    """Within the block `head.weight` (and bias) hold the whole parameter under FSDP1: its unit is gathered, without
+    write-back. A collective under FSDP1: every process must enter it. Elsewhere it does nothing (FSDP2 and ZeRO-3
+    are gathered by `scoring.token_signals` itself)."""
+    owner = _fsdp1_owner(model, head)
+    if owner is None:
+        yield
+        return
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    with FullyShardedDataParallel.summon_full_params(owner, recurse=False, writeback=False):
+        yield
+
+
+def _named_child(module: torch.nn.Module, names) -> torch.nn.Module | None:
+    for name in names:
+        child = getattr(module, name, None)
+        if isinstance(child, torch.nn.Module):
+            return child
+    return None
+
+
+def _tensors(output) -> list[torch.Tensor]:
+    """Every tensor in a module's output (a tensor, a tuple or list, a ModelOutput)."""
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if isinstance(output, dict):
+        output = list(output.values())
+    if isinstance(output, (list, tuple)):
+        return [t for item in output for t in _tensors(item)]
+    return []
+
+
+class VisionTowerAlignment:
+    """Hooks that make every forward of a vision-language model run its vision tower once (see the module doc).
+
+    `multimodal_model` is the model holding the vision tower and the language model (Qwen2.5-VL's `model.model`);
+    `dummy_inputs` the processor's image inputs for one small image (`pixel_values`, `image_grid_thw`, ...), passed
+    to its `get_image_features`."""
+
+    def __init__(self, multimodal_model: torch.nn.Module, dummy_inputs: dict[str, torch.Tensor]):
+        self.model = multimodal_model
+        self.vision = _named_child(multimodal_model, _VISION_NAMES)
+        self.language = _named_child(multimodal_model, _LANGUAGE_NAMES)
+        if self.vision is None or self.language is None or not hasattr(multimodal_model, "get_image_features"):
+            raise ValueError(
+                f"{type(multimodal_model).__name__} has no vision tower and language model VEPO can align under "
+                "sharding; run it without FSDP / ZeRO-3, or with a Qwen2-VL-family model."
+            )
+        self.dummy_inputs = dummy_inputs
+        self.dummy_forwards = 0  # forwards whose vision tower ran on the dummy image (tests read it)
+        self._ran = self._needed = False
+        self._handles = [
+            multimodal_model.register_forward_pre_hook(self._start, with_kwargs=True),
+            self.vision.register_forward_pre_hook(self._mark),
+            self.language.register_forward_pre_hook(self._align, with_kwargs=True),
+        ]
+
+    @classmethod
+    def for_model(cls, model: torch.nn.Module, processing_class) -> VisionTowerAlignment:
+        """Hooks on a transformers vision-language model (`...ForConditionalGeneration`), with the dummy image made by
+        its own processor."""
+        from PIL import Image
+
+        inner = model.get_decoder() if not hasattr(model, "model") else model.model
+        image = Image.new("RGB", (56, 56), (127, 127, 127))
+        encoded = processing_class.image_processor(images=[image], return_tensors="pt")
+        return cls(inner, {key: value for key, value in encoded.items() if isinstance(value, torch.Tensor)})
+
+    def _start(self, module, args, kwargs):
+        """Whether any process runs its vision tower in this forward: one scalar all-reduce, which every process makes
+        in every forward. Decode steps (no process has an image) then run no dummy at all."""
+        self._ran = False
+        mine = kwargs.get("pixel_values") is not None
+        self._needed = mine
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            if torch.distributed.get_world_size() > 1:
+                like = next((t for t in (*kwargs.values(), *args) if isinstance(t, torch.Tensor)), None)
+                flag = torch.tensor([float(mine)], device=like.device if like is not None else None)
+                torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+                self._needed = bool(flag.item())
+
+    def _mark(self, module, args):
+        self._ran = True
+
+    def _dummy_zero(self, device) -> torch.Tensor:
+        """Run the vision tower on the dummy image; `0 x` the sum of its features (a graph link, exactly zero)."""
+        inputs = {key: value.to(device) for key, value in self.dummy_inputs.items()}
+        dtype = next((p.dtype for p in self.vision.parameters() if p.is_floating_point()), None)
+        if dtype is not None and "pixel_values" in inputs:
+            inputs["pixel_values"] = inputs["pixel_values"].to(dtype)
+        features = self.model.get_image_features(**inputs)
+        self._ran = True
+        self.dummy_forwards += 1
+        return sum(t.float().sum() for t in _tensors(features) if t.is_floating_point()) * 0.0
+
+    def _align(self, module, args, kwargs):
+        # Before the language model, where an image forward runs the tower; the zero joins the language model's
+        # input embeddings, so in the backward the tower comes last, as it does for an image
+        if self._ran or not self._needed:
+            return None
+        embeds = kwargs.get("inputs_embeds")
+        if embeds is None:
+            raise RuntimeError(
+                f"{type(module).__name__} was called without `inputs_embeds`: VEPO cannot align its vision tower under "
+                "sharding. Run without FSDP / ZeRO-3."
+            )
+        kwargs["inputs_embeds"] = embeds + self._dummy_zero(embeds.device).to(embeds.dtype)
+        return args, kwargs
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+def maybe_align_vision_tower(trainer, model: torch.nn.Module) -> VisionTowerAlignment | None:
+    """`VisionTowerAlignment` on `model` when the trainer shards weights and the model has a vision tower; else
+    nothing (no hook, no cost)."""
+    if not weights_are_sharded(trainer) or not hasattr(trainer.processing_class, "image_processor"):
+        return None
+    try:
+        return VisionTowerAlignment.for_model(model, trainer.processing_class)
+    except ValueError as error:
+        # A layout we cannot align: batches whose processes all have images (or none) still run
+        logger.warning("%s Processes whose micro-batches disagree about images may hang.", error)
+        return None

@@ -53,6 +53,7 @@ def test_only_vepo_fields_are_added_and_each_has_help():
         "patch_probability",
         "perturbation_seed",
         "scoring_tile_size",
+        "rollout_cache_gb",
     }
     for f in VEPO_FIELDS:
         assert f.metadata.get("help"), f.name
@@ -90,6 +91,7 @@ def test_command_line_and_yaml(tmp_path):
         ({"patch_probability": 1.2}, r"patch_probability must be in \[0, 1\]"),
         ({"noise_annealing": True, "noise_annealing_coefficient": 0.0}, "must be positive"),
         ({"scoring_tile_size": 0}, "scoring_tile_size must be a positive number of tokens"),
+        ({"rollout_cache_gb": -1}, "rollout_cache_gb must be a number of GB >= 0"),
         ({"top_entropy_quantile": 0.2}, "selection_strategy='entropy'"),
     ],
 )

@@ -4,8 +4,10 @@ config loads the way `accelerate launch` loads it, and every command in recipes/
 import dataclasses
 import importlib.util
 import itertools
+import os
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -384,7 +386,7 @@ def test_readme_has_commands_of_each_kind():
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_readme_command(command, capsys):
-    tokens = shlex.split(command)
+    tokens = shlex.split(command, comments=True)
     assert "$" not in command, "a shell variable the loops do not set"
     if tokens[:2] == ["accelerate", "launch"]:
         args = launch_command_parser().parse_args(tokens[2:])
@@ -402,12 +404,40 @@ def test_readme_command(command, capsys):
     elif tokens[:2] in (["vepo-trl", "eval"], ["vepo-trl", "evaluate"]):
         known = evaluate_flags(capsys)
         assert {token for token in tokens if token.startswith("--")} <= known
+    elif any(token.endswith(("slurm/train.slurm", "launch_vllm_server.sh")) for token in tokens):
+        # The launchers, run as DRY_RUN: every accelerate launch they would start is checked like the ones above
+        env = dict(os.environ, DRY_RUN="1", SLURM_JOB_NUM_NODES="1")
+        while "=" in tokens[0]:  # VAR=value prefixes
+            name, _, value = tokens.pop(0).partition("=")
+            env[name] = value
+        if tokens[0] == "sbatch":  # sbatch's own options set the node count
+            env["SLURM_JOB_NUM_NODES"] = tokens[tokens.index("--nodes") + 1]
+            tokens = ["bash", *tokens[tokens.index("--nodes") + 2 :]]
+        result = subprocess.run(tokens, capture_output=True, text=True, cwd=REPO, env=env, timeout=30)
+        assert result.returncode == 0, result.stderr
+        launches = [shlex.split(line) for line in result.stdout.splitlines() if "accelerate" in line]
+        assert launches, result.stdout
+        for launch in launches:
+            if "-c" in launch:  # srun ... bash -c "accelerate launch ..."
+                launch = shlex.split(launch[launch.index("-c") + 1].replace("$SLURM_NODEID", "0"))
+            launch = launch[launch.index("accelerate") :]
+            args = launch_command_parser().parse_args(launch[2:])
+            from transformers import TrainingArguments
+
+            original = TrainingArguments.world_size
+            TrainingArguments.world_size = property(lambda self, n=args.num_processes: n)
+            try:
+                check_training_args(args.training_script_args, args.num_processes)
+            finally:
+                TrainingArguments.world_size = original
     else:
         pytest.fail(f"recipes/README.md shows a command this test does not check: {command}")
 
 
 def test_readme_flags_exist(capsys):
-    known = {f"--{name}" for name in TRAINING_FLAGS} | LAUNCH_FLAGS | evaluate_flags(capsys)
+    # `sbatch --nodes` and the SLURM script's own `--vllm_node` (tests/test_launch_scripts.py)
+    launcher_flags = {"--nodes", "--vllm_node"}
+    known = {f"--{name}" for name in TRAINING_FLAGS} | LAUNCH_FLAGS | evaluate_flags(capsys) | launcher_flags
     flags = set(re.findall(r"(?<![\w-])--[a-z]\w*", README))
     assert flags and flags <= known, sorted(flags - known)
 

@@ -238,3 +238,34 @@ def test_selection_metrics_of_the_release(tiny_model_dir, visual_dataset, tmp_pa
     assert metrics["vepo/entropy_gap_abs_selected_mean"] > metrics["vepo/entropy_gap_abs_mean"]
     assert 0.0 <= metrics["vepo/entropy_gap_positive_fraction"] <= 1.0
     assert metrics["vepo/selected_fraction_std"] >= 0.0
+
+
+def test_over_the_cache_budget_each_chunk_is_scored_at_once_with_the_same_masks(
+    tiny_model_dir, visual_dataset, tmp_path
+):
+    # TRL scores at rollout (steps_per_generation 2 > accumulation 1); every response scored, so both ways compare
+    # mask for mask. Budget 8 GB: the clean states wait on the CPU for the advantages; budget 0: scored per chunk.
+    runs = {}
+    for budget in (8.0, 0.0):
+        trainer = make_trainer(
+            tiny_model_dir,
+            visual_dataset,
+            tmp_path,
+            steps_per_generation=2,
+            gradient_accumulation_steps=1,
+            score_zero_advantage_rows=True,
+            rollout_cache_gb=budget,
+        )
+        inputs = first_batch(trainer)
+        runs[budget] = (trainer, inputs, dict(trainer._metrics["train"]))
+    (kept, kept_inputs, kept_metrics), (streamed, streamed_inputs, streamed_metrics) = runs[8.0], runs[0.0]
+    assert torch.equal(kept_inputs["completion_ids"], streamed_inputs["completion_ids"])  # the same rollout
+    assert torch.equal(kept_inputs[SELECTION_KEY], streamed_inputs[SELECTION_KEY])
+    assert kept_metrics["vepo/rollout_scored_per_chunk"] == [0.0]
+    assert streamed_metrics["vepo/rollout_scored_per_chunk"] == [1.0]
+    assert kept.num_perturbed_completions == streamed.num_perturbed_completions > 0
+    # The cache's size: valid completion tokens of image responses x width 64 x 4 bytes (fp32 on the CPU), over the
+    # whole generation batch (steps_per_generation x per-device batch)
+    generation = trainer._buffered_inputs
+    tokens = sum(int(chunk["completion_mask"].sum()) for chunk in generation)
+    assert kept_metrics["vepo/rollout_cache_gb"] == [pytest.approx(tokens * 64 * 4 / 1e9)]

@@ -90,6 +90,12 @@ class VEPOConfig(GRPOConfig):
             Tokens whose full-vocabulary distributions are built at a time when computing the signals. Peak extra
             memory is about `5 * tile * V * 4` bytes (194 MB for Qwen's vocabulary at 64). Unset: 64 on the CPU; on a
             GPU the largest power of two in [64, 1024] whose tile takes at most a tenth of the free memory.
+        rollout_cache_gb (`float`, *optional*, defaults to `8.0`):
+            Host memory, in GB per process, for the clean hidden states kept on the CPU between TRL's rollout-time
+            forward and the advantages (`valid completion tokens x hidden size x 2` bytes in bf16: 3.3 GB per process
+            at the 7B recipe with 600-token responses, 11 GB at 2,048). Over it (judged from the largest process), every
+            process scores each chunk right after its forward instead: memory stays flat, but zero-advantage
+            responses no longer skip their perturbed forward. `0` always scores chunk by chunk.
     """
 
     selection_strategy: str = field(
@@ -191,6 +197,14 @@ class VEPOConfig(GRPOConfig):
         },
     )
 
+    rollout_cache_gb: float = field(
+        default=8.0,
+        metadata={
+            "help": "GB per process of clean hidden states kept on the CPU from TRL's rollout-time forward until the "
+            "advantages exist; over it, each chunk is scored at once (flat memory, no zero-advantage skip)."
+        },
+    )
+
     def __post_init__(self):
         # Types first: YAML and Python callers bypass argparse's conversion, so `noise_step: 500.7` arrives as a float
         self.noise_step = _whole_number("noise_step", self.noise_step)
@@ -270,6 +284,8 @@ class VEPOConfig(GRPOConfig):
                 f"selection_samples_steps must be >= 0 and selection_samples_count >= 1, got "
                 f"{self.selection_samples_steps} and {self.selection_samples_count}."
             )
+        if not (isinstance(self.rollout_cache_gb, numbers.Real) and self.rollout_cache_gb >= 0):
+            raise ValueError(f"rollout_cache_gb must be a number of GB >= 0, got {self.rollout_cache_gb!r}.")
         if self.scoring_tile_size is not None and self.scoring_tile_size < 1:
             raise ValueError(f"scoring_tile_size must be a positive number of tokens, got {self.scoring_tile_size}.")
         if self.top_entropy_quantile < 1.0 and self.selection_strategy != "full":

@@ -50,6 +50,34 @@ class RolloutScoring:
     # until the advantages exist (then zero-advantage rows can skip their perturbed forward)
     clean: dict[int, torch.Tensor] = field(default_factory=dict)
     batch_size: int = 1
+    # Over `rollout_cache_gb`, each chunk is scored right after its forward instead; `streamed`: the rows it scored
+    stream: bool = False
+    streamed: list[bool] = field(default_factory=list)
+    cache_bytes: int = 0  # the largest process's clean states, in bytes, had they all been kept
+
+
+def largest_cache_bytes(accelerator, image_tokens: torch.Tensor, hidden: torch.Tensor) -> int:
+    """Bytes of clean completion states the largest process would keep for a rollout: `image_tokens` valid tokens of
+    image responses here, states like `hidden`. One gather, made by every process once per rollout, so a choice made
+    from it is the same everywhere."""
+    local = image_tokens.to(torch.float64) * hidden.size(-1) * hidden.element_size()
+    return int(accelerator.gather(local.reshape(1).to(hidden.device)).max())
+
+
+def count_scale(inputs, loss_type: str, selection, ratio: float, max_completion_length: int):
+    """The factor that turns a loss type's normaliser into L_VEPO's selected-token count: the generation batch's
+    valid / selected count (stored with the batch) for token-count-normalised losses, `T_max / k(T_max)` for Dr.
+    GRPO's constant, `None` for the per-sequence ones."""
+    if loss_type in TOKEN_COUNT_NORMALISED_LOSSES:
+        return inputs.get(COUNT_SCALE_KEY)
+    if loss_type in CONSTANT_NORMALISED_LOSSES:
+        # Dr. GRPO's constant T_max becomes the selected count of a T_max-token response
+        t_max = max_completion_length
+        # cpu: one count, read back as a float
+        count = selection.selected_count(torch.tensor([t_max]), ratio)
+        expected = float(count) if count is not None else ratio * t_max
+        return t_max / max(expected, 1.0)
+    return None
 
 
 class SelectionPipeline:
@@ -140,6 +168,7 @@ class SelectionPipeline:
         rollout.batch_size = batch_size
         with_image = rows_with_image(multimodal.get("num_images"), multimodal.get("pixel_values"), input_ids)
         completion_valid = attention_mask[:, -logits_to_keep:].bool()
+        image_rows = with_image & completion_valid.any(-1)
         logps, entropies, aux_losses = [], [], []
         for start in range(0, input_ids.size(0), batch_size):
             end = min(start + batch_size, input_ids.size(0))
@@ -152,17 +181,38 @@ class SelectionPipeline:
             logps.append(chunk_logps)
             entropies.append(chunk_entropies)
             aux_losses.append(aux)
-            rollout.signals.append(TokenSignals(entropy=chunk_entropies.float(), logp=chunk_logps.float()))
+            signals = TokenSignals(entropy=chunk_entropies.float(), logp=chunk_logps.float())
             hidden = completion_hidden(captured, logits_to_keep)
             del captured
             valid = completion_valid[start:end]
-            rows = (with_image[start:end] & valid.any(-1)).nonzero().squeeze(-1)
-            if rows.numel():
-                # Only the valid tokens' states, off the accelerator (a generation batch's worth would not fit), in
-                # one blocking copy per chunk
-                states = hidden[rows][valid[rows]].cpu().split(valid[rows].sum(-1).tolist())
-                for offset, state in zip(rows.tolist(), states):
-                    rollout.clean[start + offset] = state
+            if start == 0:
+                rollout.cache_bytes = largest_cache_bytes(
+                    self.host.accelerator, completion_valid[image_rows].sum(), hidden
+                )
+                rollout.stream = rollout.cache_bytes > self.args.rollout_cache_gb * 1e9
+            if rollout.stream:
+                # Scored now, from this chunk's states: memory stays one chunk's, whatever the batch
+                chunk = {
+                    **chunk_inputs,
+                    "prompt_ids": input_ids[start:end, :-logits_to_keep],
+                    "prompt_mask": attention_mask[start:end, :-logits_to_keep],
+                    "completion_ids": input_ids[start:end, -logits_to_keep:],
+                    "completion_mask": attention_mask[start:end, -logits_to_keep:],
+                }
+                signals = self.perturbed.signals_for_rows(
+                    chunk, signals, image_rows[start:end], lambda i, hidden=hidden, valid=valid: hidden[i][valid[i]],
+                    batch_size, self.wanted_signals(),
+                )  # fmt: skip
+                rollout.streamed.extend(image_rows[start:end].tolist())
+            else:
+                rows = image_rows[start:end].nonzero().squeeze(-1)
+                if rows.numel():
+                    # Only the valid tokens' states, off the accelerator (a generation batch's worth would not fit),
+                    # in one blocking copy per chunk
+                    states = hidden[rows][valid[rows]].cpu().split(valid[rows].sum(-1).tolist())
+                    for offset, state in zip(rows.tolist(), states):
+                        rollout.clean[start + offset] = state
+            rollout.signals.append(signals)
         aux_loss = torch.stack(aux_losses).mean() if compute_aux_loss else None
         return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, aux_loss
 
@@ -184,7 +234,10 @@ class SelectionPipeline:
                 }
             )
             scored = no_rows
-            if self.selection.needs_perturbed_pass:
+            if rollout.stream:
+                # Every image response was scored at its chunk (the advantages did not exist yet: no skip)
+                scored = torch.tensor(rollout.streamed, dtype=torch.bool, device=mask.device)
+            elif self.selection.needs_perturbed_pass:
                 scored = self.rows_to_score(output)
                 # A response TRL's forward saw no valid token of (all masked) has no stored state: nothing to score
                 scored &= torch.tensor(
@@ -195,6 +248,11 @@ class SelectionPipeline:
                 )
             output[SELECTION_KEY] = self.select(output, signals, scored)
             self.log(output, signals, output[SELECTION_KEY], scored)
+            if self.selection.needs_perturbed_pass:
+                mode = "train" if self.host.model.training else "eval"
+                # The largest process's rollout cache, kept or (streamed) avoided
+                self.host._metrics[mode]["vepo/rollout_cache_gb"].append(rollout.cache_bytes / 1e9)
+                self.host._metrics[mode]["vepo/rollout_scored_per_chunk"].append(float(rollout.stream))
         elif not self.selection.needs_signals:
             # `full` and `random` need nothing from the model: draw the mask with the rollout
             output[SELECTION_KEY] = self.select(output, TokenSignals(), no_rows)
@@ -275,19 +333,6 @@ class SelectionPipeline:
             seeds=seeds,
         )
 
-    def count_scale(self, inputs) -> float | torch.Tensor | None:
-        loss_type = self.host.loss_type
-        if loss_type in TOKEN_COUNT_NORMALISED_LOSSES:
-            return inputs.get(COUNT_SCALE_KEY)
-        if loss_type in CONSTANT_NORMALISED_LOSSES:
-            # Dr. GRPO's constant T_max becomes the selected count of a T_max-token response
-            t_max = self.host.max_completion_length
-            # cpu: one count, read back as a float
-            count = self.selection.selected_count(torch.tensor([t_max]), self.args.selection_ratio)
-            expected = float(count) if count is not None else self.args.selection_ratio * t_max
-            return t_max / max(expected, 1.0)
-        return None
-
     def token_weights(self, inputs) -> torch.Tensor | None:
         """Weights on the policy-gradient term of each token (L_VEPO), or `None` where GRPO's loss is unchanged."""
         if SELECTION_KEY not in inputs or (self.selection.count == "all" and self.args.selection_mode == "mask"):
@@ -298,7 +343,9 @@ class SelectionPipeline:
             self.host.loss_type,
             mode=self.args.selection_mode,
             bonus=self.args.selection_weight,
-            count_scale=self.count_scale(inputs),
+            count_scale=count_scale(
+                inputs, self.host.loss_type, self.selection, self.args.selection_ratio, self.host.max_completion_length
+            ),
         )
 
     # -- metrics and samples -------------------------------------------------------------------------------------

@@ -1,0 +1,109 @@
+"""The multi-node SLURM script and the vLLM-server launcher, run with DRY_RUN=1: the commands they would start parse
+with accelerate's and the training script's own parsers, and keep the paper's batches whatever the GPU count."""
+
+import os
+import shlex
+import subprocess
+
+import pytest
+from accelerate.commands.launch import launch_command_parser
+
+from .test_recipes import COMPLETIONS_PER_ROLLOUT, COMPLETIONS_PER_STEP, RECIPES, parse_argv
+
+
+SLURM = RECIPES / "slurm" / "train.slurm"
+SERVER = RECIPES / "launch_vllm_server.sh"
+
+
+def dry_run(script, *args, **env):
+    result = subprocess.run(
+        ["bash", str(script), *args],
+        capture_output=True,
+        text=True,
+        cwd=RECIPES.parent,
+        env={**os.environ, "DRY_RUN": "1", **{k: str(v) for k, v in env.items()}},
+        timeout=30,
+    )
+    return result, [shlex.split(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def training_run(accelerate_argv, monkeypatch):
+    """accelerate's launch arguments and the training script's, from `accelerate launch ... vepo_trl/train.py ...`,
+    the latter parsed as each of the launch's processes would (GRPOConfig checks the batch against the world size)."""
+    from transformers import TrainingArguments
+
+    start = accelerate_argv.index("launch") + 1
+    launch = launch_command_parser().parse_args(accelerate_argv[start:])
+    assert launch.training_script == "vepo_trl/train.py"
+    monkeypatch.setattr(TrainingArguments, "world_size", property(lambda self: launch.num_processes))
+    _, training_args, _ = parse_argv(launch.training_script_args)
+    return launch, training_args
+
+
+def check_batches(training_args, gpus):
+    per_step = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps * gpus
+    per_rollout = training_args.per_device_train_batch_size * training_args.steps_per_generation * gpus
+    assert (per_step, per_rollout) == (COMPLETIONS_PER_STEP, COMPLETIONS_PER_ROLLOUT)
+    assert training_args.generation_batch_size == COMPLETIONS_PER_ROLLOUT  # TRL's own arithmetic agrees
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 3, 4])
+def test_slurm_multinode_launch(nodes, monkeypatch):
+    result, commands = dry_run(
+        SLURM, "Qwen2.5-VL-7B-Instruct", "vepo/config_paper", "zero2", SLURM_JOB_NUM_NODES=nodes
+    )
+    assert result.returncode == 0, result.stderr
+    (srun,) = commands
+    inner = shlex.split(srun[srun.index("-c") + 1].replace("$SLURM_NODEID", "0"))
+    launch, training_args = training_run(inner, monkeypatch)
+    assert (launch.num_machines, launch.num_processes, launch.machine_rank) == (nodes, 8 * nodes, 0)
+    assert launch.main_process_ip == "node0" and launch.config_file.endswith("zero2.yaml")
+    check_batches(training_args, 8 * nodes)
+    assert training_args.use_vllm and training_args.vllm_mode == "colocate"  # the recipe's own generation
+
+
+def test_slurm_with_a_vllm_node(monkeypatch):
+    result, commands = dry_run(
+        SLURM, "Qwen2.5-VL-7B-Instruct", "vepo/config_paper", "zero3", "--vllm_node", SLURM_JOB_NUM_NODES=3
+    )
+    assert result.returncode == 0, result.stderr
+    serve = next(c for c in commands if "vllm-serve" in c)
+    train = next(c for c in commands if "bash" in c)
+    assert serve[serve.index("trl") :][:3] == ["trl", "vllm-serve", "--model"] and "--nodelist=node2" in serve
+    inner = shlex.split(train[train.index("-c") + 1].replace("$SLURM_NODEID", "1"))
+    launch, training_args = training_run(inner, monkeypatch)
+    assert (launch.num_machines, launch.num_processes, launch.machine_rank) == (2, 16, 1)
+    assert training_args.vllm_mode == "server" and training_args.vllm_server_host == "node2"
+    check_batches(training_args, 16)
+
+
+def test_slurm_refuses_what_cannot_keep_the_paper_batch():
+    result, _ = dry_run(
+        SLURM, "Qwen2.5-VL-7B-Instruct", "vepo/config_paper", "zero2", "--vllm_node", SLURM_JOB_NUM_NODES=1
+    )
+    assert result.returncode == 2 and "at least 2 nodes" in result.stderr
+    result, _ = dry_run(SLURM, "Qwen2.5-VL-7B-Instruct", "vepo/config_paper", "zero2", SLURM_JOB_NUM_NODES=5)
+    assert result.returncode == 2 and "do not divide" in result.stderr
+
+
+@pytest.mark.parametrize("vllm_gpus, train_gpus", [(2, 6), (4, 4)])
+def test_vllm_server_launch_on_one_node(vllm_gpus, train_gpus, monkeypatch):
+    result, commands = dry_run(
+        SERVER, "Qwen2.5-VL-3B-Instruct", "vepo/config_paper", "zero2", "--output_dir", "data/x", VLLM_GPUS=vllm_gpus
+    )
+    assert result.returncode == 0, result.stderr
+    serve = next(c for c in commands if "vllm-serve" in c)
+    train = next(c for c in commands if "accelerate" in c)
+    devices = {c[1].split("=")[0]: c[1].split("=")[1] for c in (serve, train)}
+    assert serve[1] == "CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(train_gpus, 8))
+    assert train[1] == "CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(train_gpus)), devices
+    assert serve[serve.index("--data_parallel_size") + 1] == str(vllm_gpus)
+    launch, training_args = training_run(train[2:], monkeypatch)
+    assert launch.num_processes == train_gpus
+    assert training_args.vllm_mode == "server" and training_args.output_dir == "data/x"
+    check_batches(training_args, train_gpus)
+
+
+def test_vllm_server_launch_refuses_a_count_that_breaks_the_batch():
+    result, _ = dry_run(SERVER, "Qwen2.5-VL-7B-Instruct", "vepo/config_paper", "zero2", VLLM_GPUS=1)
+    assert result.returncode == 2 and "do not divide" in result.stderr

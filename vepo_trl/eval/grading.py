@@ -56,9 +56,10 @@ def uses_judge(protocol: str, benchmark: str) -> bool:
     return benchmark in JUDGED[protocol]
 
 
-def grader_id(protocol: str, judge_model: str | None) -> dict:
+def grader_id(protocol: str, judge_model: str | None, benchmark: str) -> dict:
     """What gave a verdict: a stored verdict from another grader (version, judge model) is graded again."""
-    return {"protocol": protocol, "version": GRADER_VERSION, "judge": judge_model if JUDGED[protocol] else None}
+    judge = judge_model if uses_judge(protocol, benchmark) else None
+    return {"protocol": protocol, "version": GRADER_VERSION, "judge": judge}
 
 
 def gold_text(gold: str, choices: Sequence[str] | None) -> str:
@@ -87,9 +88,8 @@ def grade_one(protocol: str, record: Mapping, judge) -> Verdict:
 
 def needs_grading(record: Mapping, protocol: str, judge_model: str | None) -> bool:
     verdict = record.get("verdicts", {}).get(protocol)
-    return (
-        verdict is None or verdict.get("correct") is None or verdict.get("grader") != grader_id(protocol, judge_model)
-    )
+    expected = grader_id(protocol, judge_model, record["benchmark"])
+    return verdict is None or verdict.get("correct") is None or verdict.get("grader") != expected
 
 
 def grade_records(records: list[dict], protocol: str, judge, *, workers: int = 8) -> int:
@@ -105,5 +105,6 @@ def grade_records(records: list[dict], protocol: str, judge, *, workers: int = 8
     with ThreadPoolExecutor(max_workers=max(1, min(workers if uses else 1, len(todo)))) as pool:
         verdicts = list(pool.map(lambda record: grade_one(protocol, record, judge), todo))
     for record, verdict in zip(todo, verdicts):
-        record.setdefault("verdicts", {})[protocol] = {**verdict.as_dict(), "grader": grader_id(protocol, judge_model)}
+        grader = grader_id(protocol, judge_model, record["benchmark"])
+        record.setdefault("verdicts", {})[protocol] = {**verdict.as_dict(), "grader": grader}
     return len(todo)

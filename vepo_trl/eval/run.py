@@ -577,6 +577,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             outputs = sorted(gather_object(outputs))
             if state.is_main_process:
                 records = make_records(bench, chunk, [o[1:] for o in outputs])
+                grade_records(records, "rule", None)  # cheap, and always beside the protocol's verdict
                 grade_records(records, args.protocol, judge, workers=args.judge_workers)
                 with open(path, "a", encoding="utf-8") as f:
                     for record in records:

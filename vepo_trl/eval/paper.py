@@ -254,12 +254,15 @@ def release_boxed(text: str) -> str | None:
 # MMK12: not in the release. MM-EUREKA's yes/no judge (ModalMinds/MM-EUREKA eval/k12/extract_calculate.py)
 # ----------------------------------------------------------------------------------------------------------------------
 
-MMK12_NOTE = (
+MMK12_UNKNOWN = (
     "The paper's MMK12 protocol is unknown: the VEPO release has no MMK12 evaluation, the paper says only that "
-    "gpt-4o-mini judged, and no single row count reproduces every MMK12 cell of Table 1. This run reads FanqingM/MMK12 "
-    "test (2,000 multiple-choice items, its authors' test split) and grades with MM-EUREKA's yes/no judge prompt "
-    "(eval/k12), with the run's judge model (MM-EUREKA's default is gpt-4o)."
+    "gpt-4o-mini judged, and no single row count reproduces every MMK12 cell of Table 1."
 )
+MMK12_READING = (
+    "This run reads FanqingM/MMK12 test (2,000 multiple-choice items, its authors' test split) and grades with "
+    "MM-EUREKA's yes/no judge prompt (eval/k12), with the run's judge model (MM-EUREKA's default is gpt-4o)."
+)
+MMK12_NOTE = f"{MMK12_UNKNOWN} {MMK12_READING}"
 
 # Verbatim, including "\b" in "\boxed", which Python reads as a backspace character: the byte the MM-EUREKA judge got.
 MMK12_PROMPT = """You are given a question, the solution and the correct answer. Please determine if the solution matches the correct answer.

@@ -381,7 +381,8 @@ def make_judge(args, benches: list[Benchmark]):
                          timeout=args.judge_timeout, max_retries=args.judge_max_retries,
                          workers=args.judge_workers)  # fmt: skip
     except ValueError as err:  # no key in the environment, or no openai client
-        raise EvalUsageError(f"--protocol {args.protocol} judges {', '.join(needing)}: {err}") from None
+        raise EvalUsageError(f"--protocol {args.protocol} judges {', '.join(needing)}: {err} Or pass --protocol rule "
+                             "(no judge; not the paper's numbers).") from None  # fmt: skip
     problem = judge.check_reachable()
     if problem:
         where = args.judge_base_url or "OpenAI's API"

@@ -151,7 +151,7 @@ def _cell(value: float | None) -> str:
 def render_markdown(summary: Mapping[str, Any]) -> str:
     """The summary as markdown: Table 1 (with the paper's rows under the paper protocol), notes, sub-categories."""
     from .grading import PROTOCOL_HELP
-    from .paper import MMK12_NOTE
+    from .paper import MMK12_NOTE, MMK12_UNKNOWN
 
     benches = summary["benchmarks"]
     protocol = summary["grading"]["protocol"]
@@ -184,7 +184,7 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
             lines.append("No paper rows: the model name shows no 3B/7B size (pass --paper_model).")
         lines.append("")
     if "mmk12" in benches:
-        lines += [f"MMK12: {MMK12_NOTE}", ""]
+        lines += [f"MMK12: {MMK12_NOTE if protocol == 'paper' else MMK12_UNKNOWN}", ""]
     lines += [
         "| Benchmark | Examples | Accuracy | Scored by | Rule | Lenient | Paper | Other |",
         "|---|---:|---:|---|---:|---:|---:|---|",

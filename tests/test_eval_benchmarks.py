@@ -89,6 +89,9 @@ def test_mathvista_query_and_choice_text_to_letter(hub_copy):
     assert examples["1"].judge_question == MATHVISTA_QUERY_1 and "one decimal place" in MATHVISTA_QUERY_1
     # answer "square" among choices [circle, square] -> letter B, as NoisyRollout's choices.index(answer)
     assert examples["2"].gold == "B" and examples["2"].choices == ["circle", "square"]
+    # What MathVista's calculate_score.py needs beside the gold
+    assert examples["1"].groups == {"question_type": "free_form", "answer_type": "float", "precision": "1"}
+    assert examples["2"].groups == {"question_type": "multi_choice", "answer_type": "text", "precision": ""}
 
 
 def test_wemath_options_ids_and_steps(hub_copy, noisyrollout_copy):
@@ -103,7 +106,10 @@ def test_wemath_options_ids_and_steps(hub_copy, noisyrollout_copy):
         assert row.judge_question == row.text.removeprefix("<image>")  # no literal <image> for the judge
         steps = {example.id: example.categories["steps"] for example in examples.values()}
         assert steps == {"3steps_165@3steps_3": "one-step", "3steps_165@3steps_multi": "three-step",
-                         "2steps_7@2steps_multi": "two-step"}  # fmt: skip
+                         "2steps_7@2steps_multi": "two-step", "2steps_7@2steps_1": "one-step",
+                         "2steps_7@2steps_2": "one-step"}  # fmt: skip
+        # What the four-dimensional metric joins on
+        assert examples["2steps_7@2steps_1"].groups == {"wemath_id": "2steps_7", "wemath_key": "2steps_1"}
 
 
 def test_hallusionbench_prompt_gold_and_rows_without_figure(hub_copy, noisyrollout_copy):

@@ -14,7 +14,7 @@ from vepo_trl.eval.standins import write_standins
 
 # Small images and few tokens: the tiny random model only has to run the pipeline
 FAST = ["--max_new_tokens", "8", "--min_pixels", "3136", "--max_pixels", "50176", "--batch_size", "4"]
-STANDIN_SIZES = {"geometry3k": 4, "mmk12": 3, "hallusionbench": 4, "mathvista": 2, "wemath": 3, "mathverse": 3,
+STANDIN_SIZES = {"geometry3k": 4, "mmk12": 3, "hallusionbench": 4, "mathvista": 2, "wemath": 5, "mathverse": 3,
                  "mathvision": 2}  # fmt: skip
 
 
@@ -154,8 +154,8 @@ def test_lenient_judge_path_and_never_writes_the_key(tiny_model_dir, data_dir, t
                   "--judge_workers", "1", *FAST])  # fmt: skip
     finally:
         server.close()
-    # We-Math (judged in the paper) went to the judge: the check, 3 rows + 1 retry; HallusionBench did not
-    assert len(server.requests) == 5 and all(r["auth"] == f"Bearer {SECRET}" for r in server.requests)
+    # We-Math (judged in the paper) went to the judge: the check, 5 rows + 1 retry; HallusionBench did not
+    assert len(server.requests) == 7 and all(r["auth"] == f"Bearer {SECRET}" for r in server.requests)
     wemath = lines(out / "wemath.jsonl")
     assert all(
         r["verdicts"]["lenient"]["correct"] is False and "error" not in r["verdicts"]["lenient"] for r in wemath
@@ -181,17 +181,17 @@ def test_paper_run_retries_failed_judge_calls_on_resume_then_rescores(tiny_model
     generated = count_generated(monkeypatch)
     try:
         cli_main(args)  # --protocol paper is the default
-        assert len(generated) == 2 + 3 + 4
+        assert len(generated) == 2 + 5 + 4
         summary = json.loads((out / "summary.json").read_text())
         wemath = summary["benchmarks"]["wemath"]
-        assert wemath["unjudged"] == 3 and wemath["judge_errors"] == 3 and not wemath["complete"]
+        assert wemath["unjudged"] == 5 and wemath["judge_errors"] == 5 and not wemath["complete"]
         assert summary["table"]["this_run"][4] is None  # no number for a benchmark the judge has not graded
         assert all(r["verdicts"]["paper"]["error"] == "HTTP 500" for r in lines(out / "wemath.jsonl"))
         # HallusionBench needs no judge under the paper protocol: graded, complete
         assert summary["benchmarks"]["hallusionbench"]["complete"]
         assert summary["benchmarks"]["hallusionbench"]["scored_by"] == "exact yes/no"
         markdown = capsys.readouterr().out
-        assert "INCOMPLETE: 3 rows not graded (3 judge errors" in markdown and "| paper: + VEPO |" not in markdown
+        assert "INCOMPLETE: 5 rows not graded (5 judge errors" in markdown and "| paper: + VEPO |" not in markdown
 
         # The judge is back: a rerun generates nothing and grades exactly the failed rows
         server.requests.clear()
@@ -199,10 +199,16 @@ def test_paper_run_retries_failed_judge_calls_on_resume_then_rescores(tiny_model
         generated.clear()
         cli_main(args)
         summary = json.loads((out / "summary.json").read_text())
-        assert generated == [] and len(server.requests) == 1 + 2 + 3  # the check, MathVista's 2, We-Math's 3
+        assert generated == [] and len(server.requests) == 1 + 2 + 5  # the check, MathVista's 2, We-Math's 5
         assert all(b["complete"] and b["accuracy"] is not None for b in summary["benchmarks"].values())
         assert summary["benchmarks"]["wemath"]["accuracy"] == 0.0
-        capsys.readouterr()
+        # The official secondary metrics, on the paper verdicts: 2steps_7 is the stand-ins' one whole problem, all
+        # wrong (IK); MathVista's "Z" is no number and, nearest option "circle", not the gold "square"
+        official = summary["benchmarks"]["wemath"]["official"]
+        assert official["protocol"] == "paper" and official["problems"] == 1 and official["counts"]["IK"] == 1
+        assert official["scores"] == {"Score (strict)": 0.0, "Score (loose)": 0.0}
+        assert summary["benchmarks"]["mathvista"]["official"]["accuracy"] == 0.0
+        assert "**We-Math four-dimensional**" in capsys.readouterr().out
 
         # Rescore under the rule protocol: no model, no judge; both protocols' numbers are reported
         monkeypatch.setattr(generate_module, "load_model_and_processor", lambda *a, **k: pytest.fail("model loaded"))
@@ -214,7 +220,11 @@ def test_paper_run_retries_failed_judge_calls_on_resume_then_rescores(tiny_model
             assert set(bench["by_protocol"]) == {"paper", "rule"} and bench["complete"]
         assert all(set(r["verdicts"]) == {"paper", "rule"} for r in lines(out / "wemath.jsonl"))
         markdown = (out / "summary.md").read_text()
-        assert "| We-Math | 3 / 3 | 0.00 | rule | 0.00 | – | 0.00 |" in markdown
+        assert "| We-Math | 5 / 5 | 0.00 | rule | 0.00 | – | 0.00 |" in markdown
+        # --rescore reports the official secondary metrics too, on the rule verdicts now
+        assert summary["benchmarks"]["wemath"]["official"]["protocol"] == "rule"
+        assert summary["benchmarks"]["mathvista"]["official"]["examples"] == 2
+        assert "**MathVista official score**" in markdown and "on the `rule` verdicts" in markdown
         assert "No paper rows" in markdown
     finally:
         server.close()

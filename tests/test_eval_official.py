@@ -3,7 +3,14 @@ hand-made problems with hand-computed values, and their place in the summary bes
 
 import pytest
 
-from vepo_trl.eval.official import _levenshtein, mathvista_normalize, wemath_four_dimensional
+from vepo_trl.eval.benchmarks import BENCHMARKS
+from vepo_trl.eval.official import (
+    _levenshtein,
+    mathvista_normalize,
+    mathvista_official_correct,
+    wemath_four_dimensional,
+)
+from vepo_trl.eval.table import render_markdown, summarize_benchmark
 
 
 T, F = True, False
@@ -85,3 +92,65 @@ def test_levenshtein():
 def test_mathvista_normalize(extraction, question_type, answer_type, precision, expected):
     choices = ["circle", "square"] if question_type == "multi_choice" else None
     assert mathvista_normalize(extraction, choices, question_type, answer_type, precision) == expected
+
+
+def mathvista_record(gold, extracted, question_type="free_form", answer_type="float", precision="1", choices=None):
+    return {"gold": gold, "choices": choices, "extracted": extracted, "correct": extracted == gold,
+            "groups": {"question_type": question_type, "answer_type": answer_type, "precision": precision}}  # fmt: skip
+
+
+def test_mathvista_official_against_the_exact_match_headline():
+    # The headline (the release's exact match) and the official comparison disagree where precision or text matters
+    records = [
+        mathvista_record("1.2", "1.20"),  # headline wrong, official right
+        mathvista_record("1.2", "1.2"),  # both right
+        mathvista_record("3", "3.0", answer_type="integer", precision=""),  # headline wrong, official right
+        mathvista_record("B", "square", "multi_choice", "text", "", ["circle", "square"]),  # text for the letter
+        mathvista_record("B", "A", "multi_choice", "text", "", ["circle", "square"]),  # both wrong
+        mathvista_record("1.2", None),  # no extraction: wrong
+    ]
+    assert [mathvista_official_correct(r, r["extracted"]) for r in records] == [T, T, T, T, F, F]
+    official = BENCHMARKS["mathvista"].official_metrics(records)
+    assert official["correct"] == 4 and official["examples"] == 6 and official["accuracy"] == pytest.approx(4 / 6)
+    # An unreadable image is wrong whatever its stored extraction
+    assert not BENCHMARKS["mathvista"].official_metrics([{**records[1], "error": "unusable image"}])["correct"]
+    # Records written before the answer type was stored get no official score (rather than a wrong one)
+    assert BENCHMARKS["mathvista"].official_metrics([{**records[0], "groups": {}}]) is None
+
+
+def test_summary_shows_both_beside_the_headline():
+    wemath = [
+        {"id": f"{pid}@{key}", "verdicts": {"paper": {"correct": v, "extracted": "A"}}, "rule_correct": v,
+         "categories": {}, "groups": {"wemath_id": pid, "wemath_key": key}}
+        for pid, key, v in wemath_rows()
+    ]  # fmt: skip
+    mathvista = [
+        {**r, "verdicts": {"paper": {"correct": r["extracted"] == r["gold"], "extracted": r["extracted"]}},
+         "rule_correct": False, "categories": {}}
+        for r in (mathvista_record("1.2", "1.20"), mathvista_record("1.2", "1.2"), mathvista_record("1.2", "7"))
+    ]  # fmt: skip
+    summaries = {
+        "mathvista": summarize_benchmark("mathvista", mathvista, 3, "paper"),
+        "wemath": summarize_benchmark("wemath", wemath, len(wemath), "paper"),
+    }
+    assert summaries["mathvista"]["accuracy"] == pytest.approx(33.33)  # the headline stays the exact match
+    assert summaries["mathvista"]["official"]["accuracy"] == pytest.approx(66.67)
+    assert summaries["mathvista"]["official"]["protocol"] == "paper"
+    official = summaries["wemath"]["official"]
+    assert official["scores"] == {"Score (strict)": 35.0, "Score (loose)": 55.0} and official["problems"] == 10
+    assert official["rates"]["RM (strict)"] == 60.0 and official["counts"]["IK"] == 3
+    summary = {"model": "m", "benchmarks": summaries, "generation": {"max_new_tokens": 2048, "min_pixels": 1,
+               "max_pixels": 2}, "grading": {"protocol": "paper", "grader_version": 1, "judge_model": "gpt-4o-mini"},
+               "table": {"this_run": [None] * 8, "paper_model": None, "paper": {}}}  # fmt: skip
+    markdown = render_markdown(summary)
+    assert "Official secondary metrics (beside the headline, not in Table 1):" in markdown
+    assert "- MathVista: **MathVista official score** (lupantech/MathVista evaluation/calculate_score.py" in markdown
+    assert "on the `paper` verdicts): 66.67 (2 / 3), beside the headline's 33.33." in markdown
+    assert (
+        "- We-Math: **We-Math four-dimensional** (We-Math/We-Math evaluation/four_dimensional_metrics.py; on the "
+        "`paper` verdicts, 10 problems): Score (strict) 35.00, Score (loose) 55.00; IK 30.00 (3), IG 10.00 (1), "
+        "CM (strict) 20.00 (2), RM (strict) 60.00 (3), CM (loose) 40.00 (4), RM (loose) 20.00 (1)." in markdown
+    )
+    # A benchmark with rows still to grade gets no official metric, like its headline
+    wemath[0]["verdicts"]["paper"] = {"correct": None, "error": "HTTP 500"}
+    assert "official" not in summarize_benchmark("wemath", wemath, len(wemath), "paper")

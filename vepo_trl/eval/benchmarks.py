@@ -76,7 +76,8 @@ class Example:
     choices: list[str] | None = None
     categories: dict[str, str] = field(default_factory=dict)
     judge_question: str | None = None
-    # Grouping keys some metrics need (HallusionBench qAcc / fAcc)
+    # What the official secondary metrics need: HallusionBench's qAcc / fAcc groups, We-Math's problem id and step
+    # key, MathVista's question type, answer type and precision
     groups: dict[str, str] = field(default_factory=dict)
 
 
@@ -189,6 +190,11 @@ class Benchmark:
     def extra_metrics(self, records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
         """Benchmark-specific metrics over graded records (fractions in [0, 1])."""
         return {}
+
+    def official_metrics(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+        """The benchmark's official secondary metric over graded records (each with `correct` and `extracted`, the
+        verdict of the summary's protocol): a dict with `name`, `source` and its values, or None where it has none."""
+        return None
 
 
 BENCHMARKS: dict[str, Benchmark] = {}
@@ -613,7 +619,29 @@ class MathVista(Benchmark):
             categories={"task": _text(metadata.get("task")) or "unknown"},
             # The release's judge reads `query`: the hint (precision, answer type), the question and the choices
             judge_question=_text(row["query"]),
+            groups={
+                "question_type": _text(row["question_type"]),
+                "answer_type": _text(row.get("answer_type")),
+                "precision": _text(row.get("precision")),
+            },
         )
+
+    def official_metrics(self, records):
+        """MathVista's calculate_score.py on the protocol's extraction (see `official.mathvista_normalize`)."""
+        from .official import mathvista_official_correct
+
+        if not records or any("answer_type" not in (r.get("groups") or {}) for r in records):
+            return None  # records written before the answer type was stored
+        # A row without a completion (unreadable image) is wrong, as in the headline
+        right = [not r.get("error") and mathvista_official_correct(r, r.get("extracted")) for r in records]
+        return {
+            "name": "MathVista official score",
+            "source": "lupantech/MathVista evaluation/calculate_score.py: answer normalised by answer type and "
+            "precision, option letter to text (else the closest option), then exact match",
+            "accuracy": sum(right) / len(right),
+            "correct": sum(right),
+            "examples": len(right),
+        }
 
 
 def wemath_steps(key: str) -> str:
@@ -669,6 +697,23 @@ class WeMath(Benchmark):
             judge_question=question,
             groups={"wemath_id": _text(row["ID"]), "wemath_key": key},
         )
+
+    def official_metrics(self, records):
+        """We-Math's four-dimensional metric over the protocol's verdicts (see `official.wemath_four_dimensional`)."""
+        from .official import wemath_four_dimensional
+
+        if any("wemath_key" not in (r.get("groups") or {}) for r in records):
+            return None
+        result = wemath_four_dimensional(
+            (r["groups"]["wemath_id"], r["groups"]["wemath_key"], bool(r["correct"])) for r in records
+        )
+        if result is None:
+            return None
+        return {
+            "name": "We-Math four-dimensional",
+            "source": "We-Math/We-Math evaluation/four_dimensional_metrics.py",
+            **result,
+        }
 
 
 HALLUSION_SUFFIX = "? You final answer can only be \\boxed{yes} or \\boxed{no}."

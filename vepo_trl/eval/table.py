@@ -129,7 +129,44 @@ def summarize_benchmark(name: str, records: Sequence[Mapping[str, Any]], expecte
     if not unjudged:
         scored = [{**r, "correct": value} for r, value in zip(graded, correct)]
         summary["metrics"] = {key: _pct(value) for key, value in bench.extra_metrics(scored).items()}
+        # The official secondary metric reads this protocol's verdicts and extractions
+        scored = [{**r, "extracted": _verdict(r, protocol).get("extracted")} for r in scored]
+        official = bench.official_metrics(scored)
+        if official is not None:
+            summary["official"] = {"protocol": protocol, **_pct_official(official)}
     return summary
+
+
+def _pct_official(official: Mapping[str, Any]) -> dict[str, Any]:
+    """Fractions to percent (2 decimals); counts stay counts."""
+    converted = dict(official)
+    for key in ("accuracy",):
+        if key in converted:
+            converted[key] = _pct(converted[key])
+    for key in ("rates", "scores"):
+        if key in converted:
+            converted[key] = {name: _pct(value) for name, value in converted[key].items()}
+    return converted
+
+
+def official_lines(bench: Mapping[str, Any]) -> list[str]:
+    """The markdown line of a benchmark's official secondary metric (empty when it has none)."""
+    official = bench.get("official")
+    if not official:
+        return []
+    head = (
+        f"- {bench['title']}: **{official['name']}** ({official['source']}; on the `{official['protocol']}` verdicts"
+    )
+    if "scores" in official:  # We-Math
+        rates, counts = official["rates"], official["counts"]
+        count_of = {"IK": "IK", "IG": "IG", "CM (strict)": "CM_strict", "CM (loose)": "CM_loose",
+                    "RM (strict)": "RM_strict", "RM (loose)": "RM_loose"}  # fmt: skip
+        cells = [f"{name} {_cell(value)} ({counts[count_of[name]]})" for name, value in rates.items()]
+        scores = ", ".join(f"{name} {_cell(value)}" for name, value in official["scores"].items())
+        return [f"{head}, {official['problems']} problems): {scores}; {', '.join(cells)}. IK, IG, CM over the "
+                "problems, RM over CM + RM (counts in brackets); IK and IG have no strict/loose variants."]  # fmt: skip
+    return [f"{head}): {_cell(official['accuracy'])} ({official['correct']} / {official['examples']}), beside the "
+            f"headline's {_cell(bench['accuracy'])}."]  # fmt: skip
 
 
 def table_row(summaries: Mapping[str, Mapping[str, Any]]) -> list[float | None]:
@@ -206,6 +243,9 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
             + f" | {', '.join(notes)} |"
         )
     lines.append("")
+    official = [line for bench in benches.values() for line in official_lines(bench)]
+    if official:
+        lines += ["Official secondary metrics (beside the headline, not in Table 1):", "", *official, ""]
     for bench in benches.values():
         for field, groups in bench.get("categories", {}).items():
             cells = ", ".join(f"{value} {_cell(g['accuracy'])} ({g['examples']})" for value, g in groups.items())

@@ -67,13 +67,15 @@ def test_mathverse_uses_query_cot_and_letter_gold(hub_copy, noisyrollout_copy):
         assert examples["5"].gold == "5" and examples["5"].choices is None  # free-form keeps the value
 
 
-def test_mathvision_placeholders_options_and_letter_gold(hub_copy):
+def test_mathvision_image_first_question_unchanged_and_letter_gold(hub_copy):
+    # As the release prompts MathVision: the image first, the question as written (`<image1>` stays text)
     examples = by_id("mathvision", hub_copy)
-    assert examples["4"].text == "How many different digits can you find in this picture?\n<image>"
+    assert examples["4"].text == "<image>How many different digits can you find in this picture?\n<image1>"
+    assert examples["4"].judge_question == "How many different digits can you find in this picture?\n<image1>"
     assert examples["4"].gold == "6" and examples["4"].choices is None
     q39 = examples["39"]
-    assert q39.text.endswith(
-        "?\n<image>\nChoices:\nA. red\nB. blue\nC. green\nD. Yellow\nE. This cannot be worked out for certain."
+    assert q39.text.startswith("<image>Ingrid") and q39.text.endswith(
+        "?\n<image1>\nChoices:\nA. red\nB. blue\nC. green\nD. Yellow\nE. This cannot be worked out for certain."
     )
     assert q39.gold == "A" and q39.choices[0] == "red" and q39.categories == {"subject": "logic"}
 
@@ -83,8 +85,13 @@ def test_mathvista_query_and_choice_text_to_letter(hub_copy):
     assert examples["1"].text == "<image>" + MATHVISTA_QUERY_1
     assert examples["1"].gold == "1.2" and examples["1"].choices is None
     assert examples["1"].categories == {"task": "textbook question answering"}
+    # The release's judge reads the whole query: the precision hint and the choices
+    assert examples["1"].judge_question == MATHVISTA_QUERY_1 and "one decimal place" in MATHVISTA_QUERY_1
     # answer "square" among choices [circle, square] -> letter B, as NoisyRollout's choices.index(answer)
     assert examples["2"].gold == "B" and examples["2"].choices == ["circle", "square"]
+    # What MathVista's calculate_score.py needs beside the gold
+    assert examples["1"].groups == {"question_type": "free_form", "answer_type": "float", "precision": "1"}
+    assert examples["2"].groups == {"question_type": "multi_choice", "answer_type": "text", "precision": ""}
 
 
 def test_wemath_options_ids_and_steps(hub_copy, noisyrollout_copy):
@@ -96,9 +103,13 @@ def test_wemath_options_ids_and_steps(hub_copy, noisyrollout_copy):
             "m²?(π = 3.14)\n\nOptions: A. 200.96;B. 3215.36;C. 6280;D. 32; E. No correct answer"
         )
         assert row.gold == "B" and row.choices[1] == "3215.36" and row.choices[4] == "No correct answer"
+        assert row.judge_question == row.text.removeprefix("<image>")  # no literal <image> for the judge
         steps = {example.id: example.categories["steps"] for example in examples.values()}
         assert steps == {"3steps_165@3steps_3": "one-step", "3steps_165@3steps_multi": "three-step",
-                         "2steps_7@2steps_multi": "two-step"}  # fmt: skip
+                         "2steps_7@2steps_multi": "two-step", "2steps_7@2steps_1": "one-step",
+                         "2steps_7@2steps_2": "one-step"}  # fmt: skip
+        # What the four-dimensional metric joins on
+        assert examples["2steps_7@2steps_1"].groups == {"wemath_id": "2steps_7", "wemath_key": "2steps_1"}
 
 
 def test_hallusionbench_prompt_gold_and_rows_without_figure(hub_copy, noisyrollout_copy):
@@ -165,21 +176,33 @@ def test_hallusionbench_aacc_qacc_facc_by_hand():
     ]
     metrics = BENCHMARKS["hallusionbench"].extra_metrics(records)
     # aAcc 4/5; qAcc: q0 right on both figures, q1 not, q2 yes -> 2/3; fAcc: f0 no, f1 yes -> 1/2
-    assert metrics == pytest.approx({"aAcc": 0.8, "qAcc": 2 / 3, "fAcc": 0.5})
+    assert metrics == pytest.approx({"aAcc": 0.8, "qAcc (image rows)": 2 / 3, "fAcc (image rows)": 0.5})
 
 
 def test_summary_table_and_paper_rows():
     def records(n_right, n):
-        return [{"correct": i < n_right, "rule_correct": i < n_right, "categories": {},
+        return [{"verdicts": {"paper": {"correct": i < n_right}}, "rule_correct": i < n_right, "categories": {},
                  "groups": {"question": str(i), "figure": str(i)}} for i in range(n)]  # fmt: skip
 
-    summaries = {name: summarize_benchmark(name, records(1, 4), expected=4) for name in PAPER_BENCHMARKS}
-    summaries["mathvision"] = summarize_benchmark("mathvision", records(3, 4), expected=4)
+    def summarize(name, recs, expected):
+        return summarize_benchmark(name, recs, expected, "paper")
+
+    summaries = {name: summarize(name, records(1, 4), {"examples": 4, "limit": None}) for name in PAPER_BENCHMARKS}
+    summaries["mathvision"] = summarize("mathvision", records(3, 4), 4)
     row = table_row(summaries)
     assert row[:7] == [25.0] * 6 + [75.0] and row[7] == round((6 * 25 + 75) / 7, 2)  # 32.14
     # An incomplete benchmark leaves the average out
-    summaries["wemath"] = summarize_benchmark("wemath", records(1, 4), expected=10)
+    summaries["wemath"] = summarize("wemath", records(1, 4), 10)
     assert table_row(summaries)[7] is None
+    # So does a --limit run, and a row the judge has not graded leaves its cell empty
+    summaries["wemath"] = summarize("wemath", records(1, 4), {"examples": 4, "limit": 4})
+    assert summaries["wemath"]["partial"] and table_row(summaries)[7] is None
+    unjudged = records(1, 4)
+    unjudged[3]["verdicts"]["paper"] = {"correct": None, "error": "HTTP 500"}
+    summaries["wemath"] = summarize("wemath", unjudged, 4)
+    assert summaries["wemath"]["unjudged"] == 1 and not summaries["wemath"]["complete"]
+    assert table_row(summaries)[4] is None and table_row(summaries)[7] is None
+    summaries["wemath"] = summarize("wemath", records(1, 4), 4)
     model, rows = paper_rows_for(None, "Qwen/Qwen2.5-VL-7B-Instruct")
     assert model == "Qwen2.5-VL-7B-Instruct" and rows["VEPO"][-1] == 58.82
     assert paper_rows_for("runs/qwen2.5-vl-3b-vepo")[1]["base"][-1] == 42.63
@@ -188,8 +211,14 @@ def test_summary_table_and_paper_rows():
     for table in PAPER_TABLE1.values():
         for values in table.values():
             assert abs(sum(values[:7]) / 7 - values[7]) < 0.011
-    summary = {"model": "m", "benchmarks": summaries, "protocol": {"max_new_tokens": 2048, "min_pixels": 1, "max_pixels": 2},
+    summary = {"model": "m", "benchmarks": summaries, "generation": {"max_new_tokens": 2048, "min_pixels": 1,
+               "max_pixels": 2}, "grading": {"protocol": "paper", "grader_version": 1, "judge_model": "gpt-4o-mini"},
                "table": {"this_run": row, "paper_model": model, "paper": rows}}  # fmt: skip
     markdown = render_markdown(summary)
     assert "| **this run** | 25.00 | 25.00 | 25.00 | 25.00 | 25.00 | 25.00 | 75.00 | 32.14 |" in markdown
     assert "| paper: + VEPO | 51.58 | 69.64 | 71.71 | 72.00 | 69.54 | 48.93 | 28.31 | 58.82 |" in markdown
+    assert "MMK12: The paper's MMK12 protocol is unknown" in markdown
+    # Another protocol: no paper rows, and the table says why
+    summary["grading"]["protocol"], summary["table"]["paper"] = "rule", {}
+    markdown = render_markdown(summary)
+    assert "paper:" not in markdown and "No paper rows: `--protocol rule` does not grade as the paper did" in markdown

@@ -14,7 +14,7 @@ from vepo_trl.eval.standins import write_standins
 
 # Small images and few tokens: the tiny random model only has to run the pipeline
 FAST = ["--max_new_tokens", "8", "--min_pixels", "3136", "--max_pixels", "50176", "--batch_size", "4"]
-STANDIN_SIZES = {"geometry3k": 4, "mmk12": 3, "hallusionbench": 4, "mathvista": 2, "wemath": 3, "mathverse": 3,
+STANDIN_SIZES = {"geometry3k": 4, "mmk12": 3, "hallusionbench": 4, "mathvista": 2, "wemath": 5, "mathverse": 3,
                  "mathvision": 2}  # fmt: skip
 
 
@@ -41,7 +41,8 @@ def count_generated(monkeypatch):
 
 def test_all_seven_then_resume_then_refuse(tiny_model_dir, data_dir, tmp_path, monkeypatch, capsys):
     out = tmp_path / "results"
-    args = ["eval", "--model", tiny_model_dir, "--data_dir", data_dir, "--output_dir", str(out), *FAST]
+    args = ["eval", "--model", tiny_model_dir, "--data_dir", data_dir, "--output_dir", str(out), "--protocol", "rule",
+            *FAST]  # fmt: skip
     generated = count_generated(monkeypatch)
     cli_main(args)
     assert len(generated) == sum(STANDIN_SIZES.values())
@@ -49,18 +50,24 @@ def test_all_seven_then_resume_then_refuse(tiny_model_dir, data_dir, tmp_path, m
         records = lines(out / f"{name}.jsonl")
         assert len(records) == size, name
         record = records[0]
-        assert {"id", "prompt", "images", "completion", "extracted", "gold", "rule_correct", "correct"} <= set(record)
-        assert (
-            record["prompt"].startswith("<|im_start|>system\nYou FIRST think") and "<|image_pad|>" in record["prompt"]
+        assert {"id", "prompt", "images", "completion", "extracted", "gold", "rule_correct", "verdicts"} <= set(record)
+        # The release's evaluation system prompt, newline included
+        assert record["prompt"].startswith(
+            "<|im_start|>system\nYou FIRST think about the reasoning process as an internal monologue and then "
+            "provide the final answer.\n The reasoning process"
         )
-        assert record["prompt"].endswith("<|im_start|>assistant\n") and record["scored_by"] == "rule"
+        assert "<|image_pad|>" in record["prompt"] and record["prompt"].endswith("<|im_start|>assistant\n")
+        assert record["verdicts"]["rule"]["correct"] is record["rule_correct"]
     summary = json.loads((out / "summary.json").read_text())
     assert list(summary["benchmarks"]) == list(PAPER_BENCHMARKS)
     row = summary["table"]["this_run"]
     expected = [summary["benchmarks"][name]["accuracy"] for name in PAPER_BENCHMARKS]
     assert row[:7] == expected and row[7] == pytest.approx(sum(expected) / 7, abs=0.01)
-    assert summary["protocol"]["max_new_tokens"] == 8 and summary["protocol"]["decoding"] == "greedy"
-    assert {"aAcc", "qAcc", "fAcc"} <= set(summary["benchmarks"]["hallusionbench"])
+    assert summary["generation"]["max_new_tokens"] == 8 and summary["generation"]["decoding"] == "greedy"
+    assert summary["generation"]["backend"] == "transformers" and summary["grading"]["protocol"] == "rule"
+    assert {"aAcc", "qAcc (image rows)", "fAcc (image rows)"} <= set(
+        summary["benchmarks"]["hallusionbench"]["metrics"]
+    )
     assert set(summary["benchmarks"]["mathverse"]["categories"]["problem_version"]) == {
         "Text Dominant", "Text Lite", "Vision Only"}  # fmt: skip
     markdown = (out / "summary.md").read_text()
@@ -69,6 +76,7 @@ def test_all_seven_then_resume_then_refuse(tiny_model_dir, data_dir, tmp_path, m
         in markdown
     )
     assert markdown in capsys.readouterr().out
+    assert "paper:" not in markdown and "No paper rows: `--protocol rule`" in markdown
 
     # Interrupted: the last two MathVista records are lost and a third is half written
     path = out / "mathvista.jsonl"
@@ -86,7 +94,11 @@ def test_all_seven_then_resume_then_refuse(tiny_model_dir, data_dir, tmp_path, m
         cli_main([*args, "--max_new_tokens", "16"])
     err = capsys.readouterr().err.strip()
     assert error.value.code == 2 and "\n" not in err
-    assert "holds results of another protocol" in err and "--output_dir" in err
+    # The refusal names the setting that differs, and nothing that does not
+    assert "holds results of another protocol (generation.max_new_tokens: 8 -> 16)" in err and "--output_dir" in err
+    with pytest.raises(SystemExit):
+        cli_main([*args, "--dtype", "float32"])
+    assert 'generation.dtype: "auto" -> "float32"' in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -98,19 +110,30 @@ def test_all_seven_then_resume_then_refuse(tiny_model_dir, data_dir, tmp_path, m
         (["--data_dir", "NODIR"], "--data_dir NODIR: no such folder."),
         (
             ["--data_dir", "EMPTY"],
-            "mathverse: AI4Math/MathVerse is not in the local Hugging Face cache and the Hub is offline; --data_dir",
+            "mathverse: AI4Math/MathVerse is not in the local Hugging Face cache and the Hub is offline "
+            "(HF_HUB_OFFLINE); --data_dir EMPTY has no mathverse/ folder",
         ),
         (["--limit", "0"], "--limit must be at least 1"),
+        (["--tensor_parallel_size", "0"], "--tensor_parallel_size must be at least 1"),
+        (["--rescore", "EMPTY"], "--rescore grades stored completions: pass no --model."),
         (
-            ["--benchmarks", "synthetic", "--judge_model", "gpt-4o-mini", "--judge_api_key_env", "NO_SUCH_KEY_VAR"],
-            "needs an API key in $NO_SUCH_KEY_VAR",
+            ["--data_dir", "STANDINS", "--judge_api_key_env", "NO_SUCH_KEY_VAR"],
+            "--protocol paper judges mathverse: The judge needs an API key in $NO_SUCH_KEY_VAR",
+        ),
+        (  # the paper protocol's judge is not there: said before any model loads
+            ["--data_dir", "STANDINS", "--judge_api_key_env", "PATH", "--judge_base_url", "http://127.0.0.1:9/v1"],
+            "--protocol paper judges mathverse with gpt-4o-mini, but http://127.0.0.1:9/v1 did not answer "
+            "(connection error",
         ),
     ],
 )
-def test_usage_errors_are_one_line_before_the_model(argv, message, tiny_model_dir, tmp_path, monkeypatch, capsys):
+def test_usage_errors_are_one_line_before_the_model(
+    argv, message, tiny_model_dir, data_dir, tmp_path, monkeypatch, capsys
+):
     monkeypatch.setattr(generate_module, "load_model_and_processor", lambda *a, **k: pytest.fail("model loaded"))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "EMPTY").mkdir()
+    argv = [data_dir if arg == "STANDINS" else arg for arg in argv]
     with pytest.raises(SystemExit) as error:
         cli_main(["eval", "--model", tiny_model_dir, "--benchmarks", "mathverse", *argv])
     err = capsys.readouterr().err.strip()
@@ -118,27 +141,139 @@ def test_usage_errors_are_one_line_before_the_model(argv, message, tiny_model_di
     assert message in err
 
 
-def test_judge_path_keeps_both_verdicts_and_never_writes_the_key(tiny_model_dir, data_dir, tmp_path, monkeypatch):
+def test_lenient_judge_path_and_never_writes_the_key(tiny_model_dir, data_dir, tmp_path, monkeypatch):
     server = FakeOpenAI()
     server.default = "echo"  # right iff the completion boxes the reference letter: never, for the random model
-    server.script = ["500"]  # the first call fails once and is retried
+    server.script = ["OK", "500"]  # the reachability check, then the first grading call fails once and is retried
     monkeypatch.setenv("VEPO_TEST_JUDGE_KEY", SECRET)
     out = tmp_path / "judged"
     try:
         cli_main(["eval", "--model", tiny_model_dir, "--data_dir", data_dir, "--output_dir", str(out),
-                  "--benchmarks", "wemath,hallusionbench", "--judge_model", "gpt-4o-mini",
+                  "--benchmarks", "wemath,hallusionbench", "--protocol", "lenient",
                   "--judge_base_url", server.base_url, "--judge_api_key_env", "VEPO_TEST_JUDGE_KEY",
                   "--judge_workers", "1", *FAST])  # fmt: skip
     finally:
         server.close()
-    # We-Math (judged in the paper) went to the judge, 3 rows + 1 retry; HallusionBench (rule in the paper) did not
-    assert len(server.requests) == 4 and all(r["auth"] == f"Bearer {SECRET}" for r in server.requests)
+    # We-Math (judged in the paper) went to the judge: the check, 5 rows + 1 retry; HallusionBench did not
+    assert len(server.requests) == 7 and all(r["auth"] == f"Bearer {SECRET}" for r in server.requests)
     wemath = lines(out / "wemath.jsonl")
-    assert all(r["scored_by"] == "judge" and r["judge_correct"] is False and r["judge_error"] is None for r in wemath)
-    assert all("judge_correct" not in r for r in lines(out / "hallusionbench.jsonl"))
+    assert all(
+        r["verdicts"]["lenient"]["correct"] is False and "error" not in r["verdicts"]["lenient"] for r in wemath
+    )
+    assert all(r["verdicts"]["lenient"]["grader"]["judge"] is None for r in lines(out / "hallusionbench.jsonl"))
     summary = json.loads((out / "summary.json").read_text())["benchmarks"]
-    # Both graders say wrong for every row (the random model never boxes a letter): agreement 100%
-    assert summary["wemath"]["scored_by"] == "judge" and summary["wemath"]["judge_agreement"] == 100.0
-    assert summary["wemath"]["judge_accuracy"] == 0.0 and summary["hallusionbench"]["scored_by"] == "rule"
+    assert summary["wemath"]["scored_by"] == "judge (gpt-4o-mini)" and summary["wemath"]["accuracy"] == 0.0
+    assert summary["hallusionbench"]["scored_by"] == "rule" and summary["wemath"]["complete"]
     for path in out.iterdir():
         assert SECRET not in path.read_text(), path
+
+
+def test_paper_run_retries_failed_judge_calls_on_resume_then_rescores(tiny_model_dir, data_dir, tmp_path, monkeypatch,
+                                                                       capsys):  # fmt: skip
+    server = FakeOpenAI()
+    server.respond = lambda prompt: "OK" if prompt == "Reply with OK." else "500"  # the judge fails every grading call
+    monkeypatch.setenv("VEPO_TEST_JUDGE_KEY", SECRET)
+    out = tmp_path / "paper"
+    judge = ["--judge_base_url", server.base_url, "--judge_api_key_env", "VEPO_TEST_JUDGE_KEY",
+             "--judge_max_retries", "0", "--judge_workers", "2"]  # fmt: skip
+    args = ["eval", "--model", tiny_model_dir, "--data_dir", data_dir, "--output_dir", str(out),
+            "--benchmarks", "mathvista,wemath,hallusionbench", *judge, *FAST]  # fmt: skip
+    generated = count_generated(monkeypatch)
+    try:
+        cli_main(args)  # --protocol paper is the default
+        assert len(generated) == 2 + 5 + 4
+        summary = json.loads((out / "summary.json").read_text())
+        wemath = summary["benchmarks"]["wemath"]
+        assert wemath["unjudged"] == 5 and wemath["judge_errors"] == 5 and not wemath["complete"]
+        assert summary["table"]["this_run"][4] is None  # no number for a benchmark the judge has not graded
+        assert all(r["verdicts"]["paper"]["error"] == "HTTP 500" for r in lines(out / "wemath.jsonl"))
+        # HallusionBench needs no judge under the paper protocol: graded, complete
+        assert summary["benchmarks"]["hallusionbench"]["complete"]
+        assert summary["benchmarks"]["hallusionbench"]["scored_by"] == "exact yes/no"
+        markdown = capsys.readouterr().out
+        assert "INCOMPLETE: 5 rows not graded (5 judge errors" in markdown and "| paper: + VEPO |" not in markdown
+
+        # The judge is back: a rerun generates nothing and grades exactly the failed rows
+        server.requests.clear()
+        server.respond = lambda prompt: "OK" if prompt == "Reply with OK." else "Z"  # an extraction never matching
+        generated.clear()
+        cli_main(args)
+        summary = json.loads((out / "summary.json").read_text())
+        assert generated == [] and len(server.requests) == 1 + 2 + 5  # the check, MathVista's 2, We-Math's 5
+        assert all(b["complete"] and b["accuracy"] is not None for b in summary["benchmarks"].values())
+        assert summary["benchmarks"]["wemath"]["accuracy"] == 0.0
+        # The official secondary metrics, on the paper verdicts: 2steps_7 is the stand-ins' one whole problem, all
+        # wrong (IK); MathVista's "Z" is no number and, nearest option "circle", not the gold "square"
+        official = summary["benchmarks"]["wemath"]["official"]
+        assert official["protocol"] == "paper" and official["problems"] == 1 and official["counts"]["IK"] == 1
+        assert official["scores"] == {"Score (strict)": 0.0, "Score (loose)": 0.0}
+        assert summary["benchmarks"]["mathvista"]["official"]["accuracy"] == 0.0
+        assert "**We-Math four-dimensional**" in capsys.readouterr().out
+
+        # Rescore under the rule protocol: no model, no judge; both protocols' numbers are reported
+        monkeypatch.setattr(generate_module, "load_model_and_processor", lambda *a, **k: pytest.fail("model loaded"))
+        server.requests.clear()
+        cli_main(["eval", "--rescore", str(out), "--protocol", "rule"])
+        summary = json.loads((out / "summary.json").read_text())
+        assert server.requests == [] and summary["grading"]["protocol"] == "rule"
+        for bench in summary["benchmarks"].values():
+            assert set(bench["by_protocol"]) == {"paper", "rule"} and bench["complete"]
+        assert all(set(r["verdicts"]) == {"paper", "rule"} for r in lines(out / "wemath.jsonl"))
+        markdown = (out / "summary.md").read_text()
+        assert "| We-Math | 5 / 5 | 0.00 | rule | 0.00 | – | 0.00 |" in markdown
+        # --rescore reports the official secondary metrics too, on the rule verdicts now
+        assert summary["benchmarks"]["wemath"]["official"]["protocol"] == "rule"
+        assert summary["benchmarks"]["mathvista"]["official"]["examples"] == 2
+        assert "**MathVista official score**" in markdown and "on the `rule` verdicts" in markdown
+        assert "No paper rows" in markdown
+    finally:
+        server.close()
+
+
+def test_limit_run_is_partial_everywhere(tiny_model_dir, data_dir, tmp_path, capsys):
+    out = tmp_path / "limited"
+    cli_main(["eval", "--model", tiny_model_dir, "--data_dir", data_dir, "--output_dir", str(out),
+              "--benchmarks", "geometry3k,hallusionbench", "--limit", "2", "--paper_model",
+              "Qwen2.5-VL-7B-Instruct", *FAST])  # fmt: skip
+    summary = json.loads((out / "summary.json").read_text())
+    # Geometry3K and HallusionBench need no judge under the paper protocol
+    assert all(b["partial"] and b["limit"] == 2 and not b["complete"] for b in summary["benchmarks"].values())
+    assert summary["table"]["this_run"][-1] is None
+    markdown = capsys.readouterr().out
+    assert "| **this run** (partial: --limit 2) |" in markdown and "PARTIAL: a --limit 2 run" in markdown
+    assert "| Geo3K | 2 / 2 | 0.00 | mathruler |" in markdown and "partial (--limit 2)" in markdown
+
+
+def test_tensor_parallel_default_divides_the_heads():
+    from vepo_trl.eval.run import EvalUsageError, tensor_parallel_size
+
+    # Qwen2.5-VL-7B: 28 attention heads, 4 KV heads, 16 vision heads; 3B: 16, 2, 16
+    assert tensor_parallel_size(None, [28, 16], 4, 8) == 4
+    assert tensor_parallel_size(None, [16, 16], 2, 8) == 8
+    assert tensor_parallel_size(None, [28, 16], 4, 0) == 1
+    assert tensor_parallel_size(2, [28, 16], 4, 8) == 2
+    with pytest.raises(EvalUsageError, match="does not divide the model's attention heads"):
+        tensor_parallel_size(7, [28, 16], 4, 8)
+    with pytest.raises(EvalUsageError, match="8 GPU"):
+        tensor_parallel_size(16, [16, 16], 2, 8)
+
+
+def test_missing_local_copy_without_network_fails_fast(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    import time
+
+    from vepo_trl.eval import benchmarks
+
+    # Not marked offline, but the Hub cannot be reached: one line at once, not a minute of retries
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "0")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(benchmarks, "_HUB_REACHABLE", {})
+    (tmp_path / "local").mkdir()
+    start = time.perf_counter()
+    with pytest.raises(SystemExit) as error:
+        cli_main(["eval", "--model", tiny_model_dir, "--benchmarks", "mathvista", "--data_dir",
+                  str(tmp_path / "local"), "--protocol", "rule"])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert error.value.code == 2 and "\n" not in err and time.perf_counter() - start < 10
+    assert "AI4Math/MathVista is not in the local Hugging Face cache and the Hub is unreachable" in err
+    assert "has no mathvista/ folder" in err

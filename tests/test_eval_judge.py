@@ -16,12 +16,14 @@ SECRET = "sk-test-" + "k" * 32
 
 
 class FakeOpenAI:
-    """Answers /v1/chat/completions; `script` holds what to do for each request in turn ("500", "sleep", a reply)."""
+    """Answers /v1/chat/completions; `script` holds what to do for each request in turn ("500", "sleep", a reply),
+    then `respond(prompt)` (when set) or `default`."""
 
     def __init__(self):
         self.requests: list[dict] = []
         self.script: list[str] = []
         self.default = "Extracted: B\nJudgement: 1"
+        self.respond = None  # a function of the prompt that scripts the reply (after `script` runs out)
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -38,6 +40,10 @@ class FakeOpenAI:
                     time.sleep(1.5)
                     action = server.default
                 prompt = body["messages"][0]["content"]
+                if server.respond is not None and action == server.default:
+                    action = server.respond(prompt)
+                    if action == "500":
+                        return self._send(500, {"error": {"message": "overloaded", "type": "server_error"}})
                 if action == "echo":  # right when the response boxes the reference letter
                     gold = prompt.split("Reference answer:\n", 1)[1].split("\n", 1)[0][0]
                     response = prompt.split("Model response:\n", 1)[1]

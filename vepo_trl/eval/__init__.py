@@ -1,8 +1,9 @@
 """Evaluation like the paper: the seven benchmarks of Table 1, rule and LLM-judge grading, a Table-1 summary.
 
 - `benchmarks`: one registered adapter per benchmark (data, prompt, gold mapping, sub-categories)
-- `grading`: the rule grader (last `\\boxed{}`, math-verify, option letter or text, yes/no)
-- `judge`: an LLM judge through any OpenAI-compatible endpoint
+- `grading`: the three grading protocols (`paper`, `lenient`, `rule`) and the rule grader
+- `paper`: the VEPO release's per-benchmark grading, its judge prompts verbatim (the `paper` protocol)
+- `judge`: an LLM judge through any OpenAI-compatible endpoint (the `lenient` protocol's prompt)
 - `generate`: greedy generation with vLLM or transformers
 - `table`: the summary and the paper's Table 1
 - `rows`: greedy evaluation of rows in the training format, scored with the reward functions (the notebook's check)

@@ -44,7 +44,15 @@ __all__ = [
 ]
 
 # Bump when a prompt or gold mapping changes: a results folder written under another version is refused on resume.
-PROMPT_VERSION = 1
+# 2: the release's system prompt (with its newline); MathVision's question unchanged, image first.
+PROMPT_VERSION = 2
+
+# The system prompt of the release's evaluation (Leonnnnnn929/VEPO @4247308 run_eval.sh): the training prompt with a
+# newline and a space after "final answer." (a bash string spanning two lines), passed to eval/main.py as is.
+EVAL_SYSTEM_PROMPT = (
+    "You FIRST think about the reasoning process as an internal monologue and then provide the final answer.\n "
+    "The reasoning process MUST BE enclosed within <think> </think> tags. The final answer MUST BE put in \\boxed{}."
+)
 
 
 class EvalDataError(ValueError):
@@ -68,7 +76,8 @@ class Example:
     choices: list[str] | None = None
     categories: dict[str, str] = field(default_factory=dict)
     judge_question: str | None = None
-    # Grouping keys some metrics need (HallusionBench qAcc / fAcc)
+    # What the official secondary metrics need: HallusionBench's qAcc / fAcc groups, We-Math's problem id and step
+    # key, MathVista's question type, answer type and precision
     groups: dict[str, str] = field(default_factory=dict)
 
 
@@ -109,7 +118,7 @@ class Benchmark:
         """Raise `EvalDataError` early when the rows cannot come from anywhere (no local copy, and offline)."""
         if self.hub_id is None or self.local_folder(data_dir) is not None:
             return
-        if _offline() and not _hub_cached(self.hub_id):
+        if (_offline() or not _hub_reachable()) and not _hub_cached(self.hub_id):
             folder = (self.folders or (self.name,))[0]
             where = (
                 f"--data_dir {data_dir} has no {folder}/ folder"
@@ -117,7 +126,8 @@ class Benchmark:
                 else f"pass --data_dir DIR with DIR/{folder}/"
             )
             raise EvalDataError(
-                f"{self.name}: {self.hub_id} is not in the local Hugging Face cache and the Hub is offline; "
+                f"{self.name}: {self.hub_id} is not in the local Hugging Face cache and the Hub is "
+                f"{'offline (HF_HUB_OFFLINE)' if _offline() else 'unreachable'}; "
                 f"{where} ({self.local_layout()})."
             )
 
@@ -181,6 +191,11 @@ class Benchmark:
         """Benchmark-specific metrics over graded records (fractions in [0, 1])."""
         return {}
 
+    def official_metrics(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+        """The benchmark's official secondary metric over graded records (each with `correct` and `extracted`, the
+        verdict of the summary's protocol): a dict with `name`, `source` and its values, or None where it has none."""
+        return None
+
 
 BENCHMARKS: dict[str, Benchmark] = {}
 # The columns of the paper's Table 1, in its order
@@ -213,6 +228,26 @@ def _offline() -> bool:
     return any(
         os.environ.get(name, "").lower() in ("1", "true", "yes") for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
     )
+
+
+_HUB_REACHABLE: dict[str, bool] = {}
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hub's host accepts a TCP connection (asked once per process): without one, `load_dataset` would
+    retry for a minute before failing, so a missing local copy is reported at once instead."""
+    import socket
+    from urllib.parse import urlparse
+
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    if host not in _HUB_REACHABLE:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            _HUB_REACHABLE[host] = True
+        except OSError:
+            _HUB_REACHABLE[host] = False
+    return _HUB_REACHABLE[host]
 
 
 def _hub_cached(repo_id: str) -> bool:
@@ -422,6 +457,7 @@ class MMK12(Benchmark):
             gold=_text(row["answer"]),
             choices=parse_inline_options(text),
             categories={"subject": _text(row.get("subject")) or "unknown"},
+            judge_question=_text(row["question"]),  # MM-EUREKA's judge reads the question as written
         )
 
 
@@ -473,7 +509,9 @@ class MathVerse(Benchmark):
 @register_benchmark
 @dataclass
 class MathVision(Benchmark):
-    """MathLLMs/MathVision test (3,040): `<image1>` marks the figure; options, when present, are appended as lines.
+    """MathLLMs/MathVision test (3,040): the image first and the question unchanged (`<image1>` included), as the
+    release prompts its MathVision.tsv; options the Hub keeps in a separate column are appended as "Choices:" lines
+    (the release's TSV has no such column).
 
     The gold is the letter when `options` is non-empty, else the value. Sub-accuracy by `subject`.
     """
@@ -516,14 +554,13 @@ class MathVision(Benchmark):
                 image = _resolve_path(image, [base_dir, base_dir / "images"])
         images = [image] if image not in (None, "") else []
         options = [_text(option) for option in _as_list(row.get("options"))]
-        text = numbered_placeholders_to_image(_text(row["question"]), len(images))
-        if IMAGE_PLACEHOLDER not in text:
-            text = IMAGE_PLACEHOLDER * len(images) + text
-        if options:
-            text += "\nChoices:\n" + "\n".join(f"{LETTERS[k]}. {option}" for k, option in enumerate(options))
+        question = _text(row["question"])
+        if options and parse_inline_options(question) is None:
+            question += "\nChoices:\n" + "\n".join(f"{LETTERS[k]}. {option}" for k, option in enumerate(options))
+        # `<image1>` stays as text: the images go first, as in the release (only `<image>` is a placeholder here)
         return Example(
             id=_text(row["id"]),
-            text=text,
+            text=IMAGE_PLACEHOLDER * len(images) + question,
             images=images,
             image_refs=[_image_ref(row.get("image") or image, f"{self.split}[{index}].decoded_image")]
             if images
@@ -531,7 +568,7 @@ class MathVision(Benchmark):
             gold=_text(row["answer"]),
             choices=options or None,
             categories={"subject": _text(row.get("subject")) or "unknown"},
-            judge_question=text.replace(IMAGE_PLACEHOLDER, ""),
+            judge_question=question,
         )
 
 
@@ -580,8 +617,31 @@ class MathVista(Benchmark):
             gold=gold,
             choices=choices if gold != answer else None,
             categories={"task": _text(metadata.get("task")) or "unknown"},
-            judge_question=_text(row.get("question")) or _text(row["query"]),
+            # The release's judge reads `query`: the hint (precision, answer type), the question and the choices
+            judge_question=_text(row["query"]),
+            groups={
+                "question_type": _text(row["question_type"]),
+                "answer_type": _text(row.get("answer_type")),
+                "precision": _text(row.get("precision")),
+            },
         )
+
+    def official_metrics(self, records):
+        """MathVista's calculate_score.py on the protocol's extraction (see `official.mathvista_normalize`)."""
+        from .official import mathvista_official_correct
+
+        if not records or any("answer_type" not in (r.get("groups") or {}) for r in records):
+            return None  # records written before the answer type was stored
+        # A row without a completion (unreadable image) is wrong, as in the headline
+        right = [not r.get("error") and mathvista_official_correct(r, r.get("extracted")) for r in records]
+        return {
+            "name": "MathVista official score",
+            "source": "lupantech/MathVista evaluation/calculate_score.py: answer normalised by answer type and "
+            "precision, option letter to text (else the closest option), then exact match",
+            "accuracy": sum(right) / len(right),
+            "correct": sum(right),
+            "examples": len(right),
+        }
 
 
 def wemath_steps(key: str) -> str:
@@ -625,15 +685,35 @@ class WeMath(Benchmark):
         option = _text(row["option"])
         key = _text(row["key"])
         choices = [re.sub(r"^[A-J]\.\s*", "", part.strip()) for part in option.split(";") if part.strip()]
+        question = _text(row["question"]) + "\n\nOptions: " + option
         return Example(
             id=f"{_text(row['ID'])}@{key}",
-            text=IMAGE_PLACEHOLDER + _text(row["question"]) + "\n\nOptions: " + option,
+            text=IMAGE_PLACEHOLDER + question,
             images=[image],
             image_refs=[ref],
             gold=_text(row["answer"]),
             choices=choices or None,
             categories={"steps": wemath_steps(key)},
+            judge_question=question,
+            groups={"wemath_id": _text(row["ID"]), "wemath_key": key},
         )
+
+    def official_metrics(self, records):
+        """We-Math's four-dimensional metric over the protocol's verdicts (see `official.wemath_four_dimensional`)."""
+        from .official import wemath_four_dimensional
+
+        if any("wemath_key" not in (r.get("groups") or {}) for r in records):
+            return None
+        result = wemath_four_dimensional(
+            (r["groups"]["wemath_id"], r["groups"]["wemath_key"], bool(r["correct"])) for r in records
+        )
+        if result is None:
+            return None
+        return {
+            "name": "We-Math four-dimensional",
+            "source": "We-Math/We-Math evaluation/four_dimensional_metrics.py",
+            **result,
+        }
 
 
 HALLUSION_SUFFIX = "? You final answer can only be \\boxed{yes} or \\boxed{no}."
@@ -645,7 +725,8 @@ class HallusionBench(Benchmark):
     """HallusionBench (lmms-lab/HallusionBench split `image`: the 951 questions with a figure).
 
     NoisyRollout's prompt: the question up to its first "?", then `HALLUSION_SUFFIX` (typo included, verbatim). Gold
-    "yes" when `gt_answer` is "1". Reports aAcc (the headline), qAcc and fAcc, and accuracy by `subcategory`.
+    "yes" when `gt_answer` is "1". Reports aAcc (the headline), qAcc and fAcc over the image rows, and accuracy by
+    `subcategory`.
     """
 
     name: str = "hallusionbench"
@@ -692,7 +773,10 @@ class HallusionBench(Benchmark):
         )
 
     def extra_metrics(self, records):
-        """aAcc: per question; qAcc: all figures of a question right; fAcc: all questions of a figure right."""
+        """aAcc: per question; qAcc: all figures of a question right; fAcc: all questions of a figure right.
+
+        Named for what they are: the official qAcc also counts the 178 figure-less questions (and VLMEvalKit's fAcc
+        their figure-0 groups), which the release's protocol leaves out, so both are over the image rows only."""
 
         def all_right(key: str) -> float:
             groups: dict[str, bool] = {}
@@ -705,8 +789,8 @@ class HallusionBench(Benchmark):
             return {}
         return {
             "aAcc": sum(bool(r["correct"]) for r in records) / len(records),
-            "qAcc": all_right("question"),
-            "fAcc": all_right("figure"),
+            "qAcc (image rows)": all_right("question"),
+            "fAcc (image rows)": all_right("figure"),
         }
 
 

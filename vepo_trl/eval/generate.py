@@ -1,4 +1,4 @@
-"""Greedy generation for evaluation: vLLM when installed (tensor parallel over the visible GPUs), else transformers.
+"""Greedy generation for evaluation: vLLM when installed (tensor parallel), else transformers.
 
 Both take prompts already rendered with the processor's chat template and the prepared PIL images of each prompt,
 and return the decoded completions in input order. The transformers path runs in one process per device under
@@ -102,12 +102,14 @@ class TransformersGenerator:
 
 
 class VLLMGenerator:
-    """vLLM offline inference, greedy, tensor parallel over every visible GPU; a LoRA adapter is served as such."""
+    """vLLM offline inference, greedy, tensor parallel over `tensor_parallel_size` GPUs (`vepo_trl.eval.run` picks
+    the most visible GPUs that divide the attention heads); a LoRA adapter is served as such."""
 
     name = "vllm"
 
     def __init__(self, model_id: str, adapter: str | None, *, max_new_tokens: int = 2048, max_images: int = 4,
-                 dtype: str = "auto", max_model_len: int | None = None):  # fmt: skip
+                 dtype: str = "auto", max_model_len: int | None = None,
+                 tensor_parallel_size: int = 1):  # fmt: skip
         from transformers import AutoProcessor
         from vllm import LLM, SamplingParams
 
@@ -118,7 +120,7 @@ class VLLMGenerator:
             kwargs.update(enable_lora=True, max_lora_rank=max(PeftConfig.from_pretrained(adapter).r, 8))
         self.llm = LLM(
             model=model_id,
-            tensor_parallel_size=max(1, torch.cuda.device_count()),
+            tensor_parallel_size=tensor_parallel_size,
             limit_mm_per_prompt={"image": max_images},
             dtype=dtype,
             seed=0,

@@ -1,7 +1,8 @@
 """An LLM judge through any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM's server, a local proxy).
 
-The paper graded MathVerse, MathVision, MathVista and We-Math with gpt-4o-mini. The judge here reads the question,
-the reference answer and the model's whole response, extracts the final answer and says whether it matches:
+The paper graded MathVerse, MathVision, MathVista and We-Math with gpt-4o-mini, through the per-benchmark procedures
+in `vepo_trl.eval.paper` (which call `LLMJudge.complete`). `--protocol lenient` uses the one gold-aware prompt
+below instead: it reads the question, the reference answer and the whole response, and says whether they match:
 
     judge = LLMJudge("gpt-4o-mini")  # key from $OPENAI_API_KEY
     verdict = judge.grade(question="...", gold="B. 60°", response="<think>...</think> \\boxed{B}")
@@ -98,25 +99,56 @@ class LLMJudge:
     def __repr__(self) -> str:  # the key stays out of any repr that might be logged
         return f"LLMJudge(model={self.model!r}, base_url={self.base_url!r})"
 
-    def grade(self, *, question: str, gold: str, response: str) -> JudgeVerdict:
+    def complete(self, prompt: str, temperature: float = 0.0, max_tokens: int | None = None) -> str:
+        """The judge's stripped reply to one user message; `JudgeCallError` when no reply came (after the client's
+        retries). `max_tokens=None` sends no limit, as the VEPO release does."""
         import openai
+
+        from .paper import JudgeCallError
+
+        kwargs = {} if max_tokens is None else {"max_tokens": max_tokens}
+        try:
+            reply = self._client.chat.completions.create(
+                model=self.model, messages=[{"role": "user", "content": prompt}], temperature=temperature, **kwargs
+            )
+        except openai.APITimeoutError:
+            raise JudgeCallError("timeout") from None
+        except openai.APIStatusError as err:
+            raise JudgeCallError(f"HTTP {err.status_code}") from None
+        except openai.APIConnectionError as err:
+            raise JudgeCallError(f"connection error: {type(err).__name__}") from None
+        return ((reply.choices[0].message.content if reply.choices else "") or "").strip()
+
+    def check_reachable(self) -> str | None:
+        """None when the endpoint answers a one-token request with this key and model, else why not (one line)."""
+        from .paper import JudgeCallError
+
+        try:
+            self._client.with_options(max_retries=1).chat.completions.create(
+                model=self.model, messages=[{"role": "user", "content": "Reply with OK."}], max_tokens=1
+            )
+        except Exception as err:  # noqa: BLE001 - every failure here means "no judge", said in one line
+            import openai
+
+            if isinstance(err, openai.APIStatusError):
+                return f"HTTP {err.status_code}"
+            if isinstance(err, openai.APITimeoutError):
+                return "timeout"
+            if isinstance(err, openai.APIConnectionError | JudgeCallError):
+                return f"connection error ({type(err).__name__})"
+            return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        return None
+
+    def grade(self, *, question: str, gold: str, response: str) -> JudgeVerdict:
+        """The lenient, gold-aware judge (`--protocol lenient`): extract, then decide equivalence."""
+        from .paper import JudgeCallError
 
         prompt = JUDGE_PROMPT.format(question=question, gold=gold, response=response)
         try:
-            reply = self._client.chat.completions.create(
-                model=self.model,
-                messages=[{"role": "user", "content": prompt}],
-                temperature=0.0,
-                max_tokens=self.max_tokens,
-            )
-        except openai.APITimeoutError:
-            return JudgeVerdict(None, None, "timeout")
-        except openai.APIStatusError as err:
-            return JudgeVerdict(None, None, f"HTTP {err.status_code}")
-        except openai.APIConnectionError as err:
-            return JudgeVerdict(None, None, f"connection error: {type(err).__name__}")
-        text = reply.choices[0].message.content if reply.choices else ""
-        return parse_judgement(text or "")
+            text = self.complete(prompt, max_tokens=self.max_tokens)
+        except JudgeCallError as err:
+            return JudgeVerdict(None, None, str(err))
+        return parse_judgement(text)
 
     def grade_many(self, items: Sequence[dict]) -> list[JudgeVerdict]:
         """`grade(**item)` for each item, concurrently, in input order."""

@@ -1,12 +1,15 @@
 """`vepo-trl eval`: a model on the paper's benchmarks, one command, a Table-1 summary beside the paper's numbers.
 
-    vepo-trl eval --model Qwen/Qwen2.5-VL-7B-Instruct                        # all seven, from the Hub
-    vepo-trl eval --model runs/vepo-7b --benchmarks mathvista,wemath --judge_model gpt-4o-mini
+    vepo-trl eval --model Qwen/Qwen2.5-VL-7B-Instruct            # all seven, graded as the paper (gpt-4o-mini judge)
+    vepo-trl eval --model runs/vepo-7b --benchmarks mathvista,wemath --protocol lenient
+    vepo-trl eval --rescore eval-vepo-7b --protocol rule         # grade the stored completions again, no model
     accelerate launch --num_processes 8 -m vepo_trl eval --model runs/vepo-7b --backend transformers
 
-Writes, under `--output_dir`: `<benchmark>.jsonl` (one graded record per example, appended as it goes),
-`summary.json` and `summary.md`, and `manifest.json` (the model and protocol). A rerun into the same folder skips
-the examples already in the JSONL; a rerun with another model or protocol is refused.
+Writes, under `--output_dir`: `<benchmark>.jsonl` (one record per example, appended as it goes, with a verdict per
+grading protocol under `verdicts`), `summary.json` and `summary.md` (under the run's `--protocol`), and
+`manifest.json` (the model, the generation settings, the graders used). A rerun into the same folder skips the
+examples already generated and grades again only what has no verdict of its protocol (a judge that failed); a rerun
+with another model or generation setting is refused, naming the settings that differ.
 """
 
 from __future__ import annotations
@@ -44,13 +47,16 @@ class EvalUsageError(ValueError):
 
 
 def make_parser() -> argparse.ArgumentParser:
+    from .grading import PROTOCOL_HELP, PROTOCOLS
+
     parser = argparse.ArgumentParser(
         prog="vepo-trl eval",
         description="Greedy evaluation on the paper's seven benchmarks (or a subset), with a Table-1 summary.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     model = parser.add_argument_group("model")
-    model.add_argument("--model", required=True, help="Model folder or Hub id (a PEFT adapter folder works too).")
+    model.add_argument("--model", default=None,
+                       help="Model folder or Hub id (a PEFT adapter folder works too); required unless --rescore.")  # fmt: skip
     model.add_argument("--adapter", default=None, help="LoRA adapter folder applied on top of --model.")
     model.add_argument("--base_model", default=None, help="Base model of an adapter (default: its adapter_config).")
     model.add_argument("--dtype", default="auto", help="Weights dtype: auto, bfloat16, float16, float32.")
@@ -65,7 +71,8 @@ def make_parser() -> argparse.ArgumentParser:
         default=None,
         help="Folder with local copies, one sub-folder per benchmark (Hub parquet layout or NoisyRollout's eval_data).",
     )
-    data.add_argument("--limit", type=int, default=None, help="Evaluate only the first N examples of each benchmark.")
+    data.add_argument("--limit", type=int, default=None,
+                      help="Evaluate only the first N examples of each benchmark (a partial run: no average).")  # fmt: skip
     data.add_argument(
         "--min_pixels", type=int, default=262_144, help="Images are resized to at least this many pixels."
     )
@@ -78,14 +85,22 @@ def make_parser() -> argparse.ArgumentParser:
                      help="auto: vLLM when installed and running as one process, else transformers.")  # fmt: skip
     gen.add_argument("--batch_size", type=int, default=None, help="Prompts per generate call (8; vLLM: 256).")
     gen.add_argument("--max_model_len", type=int, default=None, help="vLLM context length (default: the model's).")
-    judge = parser.add_argument_group("judge")
-    judge.add_argument("--judge_model", default=None,
-                       help="LLM judge for MathVerse, MathVision, MathVista, We-Math (the paper: gpt-4o-mini).")  # fmt: skip
-    judge.add_argument("--judge_base_url", default=None, help="OpenAI-compatible endpoint (default: OpenAI's).")
-    judge.add_argument("--judge_api_key_env", default="OPENAI_API_KEY", help="Environment variable holding the key.")
-    judge.add_argument("--judge_timeout", type=float, default=60.0, help="Seconds per judge request.")
-    judge.add_argument("--judge_max_retries", type=int, default=3, help="Retries on timeouts, 429 and 5xx.")
-    judge.add_argument("--judge_workers", type=int, default=8, help="Concurrent judge requests.")
+    gen.add_argument("--tensor_parallel_size", type=int, default=None,
+                     help="vLLM tensor parallelism (default: the most visible GPUs that divide the model's attention "
+                          "heads, e.g. 4 of 8 for the 7B's 28 heads).")  # fmt: skip
+    grading = parser.add_argument_group("grading")
+    grading.add_argument("--protocol", choices=PROTOCOLS, default="paper",
+                         help="; ".join(f"{name}: {text}" for name, text in PROTOCOL_HELP.items()) + ".")  # fmt: skip
+    grading.add_argument("--rescore", default=None, metavar="DIR",
+                         help="Grade the completions stored in DIR again under --protocol (no model, no generation); "
+                              "every protocol's verdicts are kept per record.")  # fmt: skip
+    grading.add_argument("--judge_model", default="gpt-4o-mini",
+                         help="Judge of MathVerse, MathVision, MathVista, We-Math and MMK12 (the paper's: gpt-4o-mini).")  # fmt: skip
+    grading.add_argument("--judge_base_url", default=None, help="OpenAI-compatible endpoint (default: OpenAI's).")
+    grading.add_argument("--judge_api_key_env", default="OPENAI_API_KEY", help="Environment variable holding the key.")
+    grading.add_argument("--judge_timeout", type=float, default=60.0, help="Seconds per judge request.")
+    grading.add_argument("--judge_max_retries", type=int, default=3, help="Retries on timeouts, 429 and 5xx.")
+    grading.add_argument("--judge_workers", type=int, default=8, help="Concurrent judge requests.")
     out = parser.add_argument_group("output")
     out.add_argument("--output_dir", default=None, help="Results folder (default: eval-<model folder name>).")
     out.add_argument("--paper_model", default=None, choices=("Qwen2.5-VL-3B-Instruct", "Qwen2.5-VL-7B-Instruct"),
@@ -130,47 +145,105 @@ def _model_identity(name: str | None) -> str | None:
     return str(path.resolve()) if path.exists() else name
 
 
-def _protocol(args: argparse.Namespace) -> dict[str, Any]:
-    from ..data.loaders import SYSTEM_PROMPT
+def _generation_settings(args: argparse.Namespace, backend: str) -> dict[str, Any]:
+    """Everything that changes a completion: one results folder holds completions of one setting only."""
+    from .benchmarks import EVAL_SYSTEM_PROMPT
 
     return {
-        "system_prompt": SYSTEM_PROMPT,
+        "system_prompt": EVAL_SYSTEM_PROMPT,
         "decoding": "greedy",
         "max_new_tokens": args.max_new_tokens,
         "min_pixels": args.min_pixels,
         "max_pixels": args.max_pixels,
         "prompt_version": PROMPT_VERSION,
-        "judge_model": args.judge_model,
-        "judge_base_url": args.judge_base_url,
+        "backend": backend,
+        "dtype": args.dtype,
+        "max_model_len": args.max_model_len,
     }
 
 
+def _grading_settings(args: argparse.Namespace) -> dict[str, Any]:
+    from .grading import JUDGED
+    from .paper import GRADER_VERSION
+
+    judged = bool(JUDGED[args.protocol])
+    return {
+        "protocol": args.protocol,
+        "grader_version": GRADER_VERSION,
+        "judge_model": args.judge_model if judged else None,
+        "judge_base_url": args.judge_base_url if judged else None,
+    }
+
+
+def _differences(before: Any, after: Any, prefix: str = "") -> list[str]:
+    """`key: old -> new` for each setting that differs (nested dicts flattened)."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        return [d for key in dict.fromkeys([*before, *after])
+                for d in _differences(before.get(key), after.get(key), f"{prefix}{key}.")]  # fmt: skip
+    if before != after:
+        return [f"{prefix.rstrip('.')}: {json.dumps(before)[:60]} -> {json.dumps(after)[:60]}"]
+    return []
+
+
 def check_manifest(output_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
-    """The folder's manifest merged with this run's; a different model or protocol is refused."""
+    """The folder's manifest merged with this run's; another model, generation setting or data source is refused,
+    naming each setting that differs. Grading may differ: every protocol's verdicts are kept per record."""
     path = output_dir / MANIFEST
     if not path.is_file():
         return manifest
     previous = json.loads(path.read_text())
-    changed = [key for key in ("model", "adapter", "protocol") if previous.get(key) != manifest[key]]
-    changed += [
-        f"source of {name}"
-        for name, source in manifest["sources"].items()
-        if name in previous.get("sources", {}) and previous["sources"][name] != source
-    ]
+    if "generation" not in previous and "protocol" in previous:  # written before generation/grading were split
+        previous["generation"] = {k: v for k, v in previous["protocol"].items() if not k.startswith("judge_")}
+    before = {key: previous.get(key) for key in ("model", "adapter", "generation")}
+    after = {key: manifest[key] for key in ("model", "adapter", "generation")}
+    before["sources"] = {n: s for n, s in previous.get("sources", {}).items() if n in manifest["sources"]}
+    after["sources"] = {n: s for n, s in manifest["sources"].items() if n in previous.get("sources", {})}
+    changed = _differences(before, after)
     if changed:
-        detail = "; ".join(
-            f"{key}: {json.dumps(previous.get(key))[:80]} -> {json.dumps(manifest.get(key))[:80]}"
-            for key in changed
-            if key in manifest
-        )
         raise EvalUsageError(
-            f"{output_dir} holds results of another {', '.join(changed)} ({detail or 'see manifest.json'}); "
-            "pass a new --output_dir."
+            f"{output_dir} holds results of another protocol ({'; '.join(changed)}); pass a new --output_dir, "
+            "or --rescore it to grade its completions again."
         )
     merged = {**previous, **manifest}
     merged["sources"] = {**previous.get("sources", {}), **manifest["sources"]}
     merged["totals"] = {**previous.get("totals", {}), **manifest.get("totals", {})}
     return merged
+
+
+def _attention_heads(model_id: str) -> list[int]:
+    """Head counts tensor parallelism must divide (text attention and KV heads, vision heads)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_id)
+    text = getattr(config, "text_config", None) or config
+    vision = getattr(config, "vision_config", None)
+    heads = [getattr(text, "num_attention_heads", None), getattr(vision, "num_heads", None)]
+    return [h for h in heads if h]
+
+
+def _kv_heads(model_id: str) -> int | None:
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_id)
+    return getattr(getattr(config, "text_config", None) or config, "num_key_value_heads", None)
+
+
+def tensor_parallel_size(requested: int | None, heads: list[int], kv_heads: int | None, gpus: int) -> int:
+    """`requested` when it fits, else the most GPUs (at most `gpus`) that divide every head count and that vLLM can
+    shard the KV heads over (a divisor or a multiple of them). 7B (28 heads, 4 KV) on 8 GPUs: 4."""
+
+    def fits(size: int) -> bool:
+        kv_ok = kv_heads is None or kv_heads % size == 0 or size % kv_heads == 0
+        return all(h % size == 0 for h in heads) and kv_ok
+
+    if requested is not None:
+        if requested < 1 or requested > max(gpus, 1):
+            raise EvalUsageError(f"--tensor_parallel_size {requested}: {gpus} GPU(s) are visible.")
+        if not fits(requested):
+            raise EvalUsageError(f"--tensor_parallel_size {requested} does not divide the model's attention heads "
+                                 f"{heads} (KV heads {kv_heads}).")  # fmt: skip
+        return requested
+    return max(size for size in range(1, max(gpus, 1) + 1) if fits(size))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -199,11 +272,23 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def build_prompt(example: Example, processor) -> list[dict]:
-    from ..data.loaders import SYSTEM_PROMPT, build_user_content
+def write_records(path: Path, records: list[dict[str, Any]]) -> None:
+    """Replace the JSONL in one step: an interruption leaves the old file or the new one, never half of each."""
+    tmp = path.with_suffix(".jsonl.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def build_prompt(example: Example, processor=None) -> list[dict]:
+    from ..data.loaders import build_user_content
+    from .benchmarks import EVAL_SYSTEM_PROMPT
 
     return [
-        {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
+        {"role": "system", "content": [{"type": "text", "text": EVAL_SYSTEM_PROMPT}]},
         {"role": "user", "content": build_user_content(example.text, len(example.images))},
     ]
 
@@ -220,7 +305,8 @@ def _prepare(example: Example, processor, args) -> tuple[str, list, str | None]:
     return text, images, None
 
 
-def grade_records(bench: Benchmark, examples: list[Example], outputs: list[tuple[str, str, str | None]], judge):
+def make_records(bench: Benchmark, examples: list[Example], outputs: list[tuple[str, str, str | None]]):
+    """One record per example: what was asked and answered, the gold, and the rule's verdict (always computed)."""
     from .grading import rule_grade
 
     records = []
@@ -236,32 +322,14 @@ def grade_records(bench: Benchmark, examples: list[Example], outputs: list[tuple
                 "extracted": extracted,
                 "gold": example.gold,
                 "choices": example.choices,
+                "judge_question": example.judge_question,
                 "rule_correct": correct,
                 "categories": example.categories,
                 "groups": example.groups,
                 **({"error": error} if error else {}),
             }
         )
-    if judge is not None and bench.judged_in_paper:
-        items = [
-            {"question": ex.judge_question or ex.text, "gold": _gold_text(ex), "response": r["completion"]}
-            for ex, r in zip(examples, records)
-        ]
-        for record, verdict in zip(records, judge.grade_many(items)):
-            record.update(judge_correct=verdict.correct, judge_extracted=verdict.extracted, judge_error=verdict.error)
-    for record in records:
-        by_judge = record.get("judge_correct") is not None
-        record["correct"] = record["judge_correct"] if by_judge else record["rule_correct"]
-        record["scored_by"] = "judge" if by_judge else "rule"
     return records
-
-
-def _gold_text(example: Example) -> str:
-    from .benchmarks import LETTERS
-
-    if example.choices and example.gold in LETTERS[: len(example.choices)]:
-        return f"{example.gold}. {example.choices[LETTERS.index(example.gold)]}"
-    return example.gold
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -269,23 +337,162 @@ def _gold_text(example: Example) -> str:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def _make_generator(args, model_id: str, adapter: str | None, state):
-    from .generate import TransformersGenerator, VLLMGenerator, load_model_and_processor, vllm_available
+def _resolve_backend(args, state) -> str:
+    from .generate import vllm_available
 
     backend = args.backend
     if backend == "auto":
         backend = "vllm" if vllm_available() and state.num_processes == 1 else "transformers"
+    if backend == "vllm" and state.num_processes > 1:
+        raise EvalUsageError("--backend vllm runs in one process (tensor parallel); do not use accelerate launch.")
+    return backend
+
+
+def _make_generator(args, backend: str, model_id: str, adapter: str | None, state):
+    from .generate import TransformersGenerator, VLLMGenerator, load_model_and_processor
+
     if backend == "vllm":
-        if state.num_processes > 1:
-            raise EvalUsageError("--backend vllm runs in one process (tensor parallel); do not use accelerate launch.")
+        import torch
+
         args.batch_size = args.batch_size or 256
+        tp = tensor_parallel_size(args.tensor_parallel_size, _attention_heads(model_id), _kv_heads(model_id),
+                                  torch.cuda.device_count())  # fmt: skip
         return VLLMGenerator(model_id, adapter, max_new_tokens=args.max_new_tokens, dtype=args.dtype,
-                             max_model_len=args.max_model_len)  # fmt: skip
+                             max_model_len=args.max_model_len, tensor_parallel_size=tp)  # fmt: skip
     args.batch_size = args.batch_size or 8
     model, processor = load_model_and_processor(model_id, adapter, dtype=args.dtype, device=state.device)
     generator = TransformersGenerator(model, processor, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     generator.processor = processor
     return generator
+
+
+def make_judge(args, benches: list[Benchmark]):
+    """The judge the protocol needs for `benches` (None when it needs none), checked reachable: a paper run without
+    its judge stops here, in one line, before any data or model loads."""
+    from .grading import uses_judge
+
+    needing = [bench.name for bench in benches if uses_judge(args.protocol, bench.name)]
+    if not needing:
+        return None
+    from .judge import LLMJudge
+
+    try:
+        judge = LLMJudge(args.judge_model, base_url=args.judge_base_url, api_key_env=args.judge_api_key_env,
+                         timeout=args.judge_timeout, max_retries=args.judge_max_retries,
+                         workers=args.judge_workers)  # fmt: skip
+    except ValueError as err:  # no key in the environment, or no openai client
+        raise EvalUsageError(f"--protocol {args.protocol} judges {', '.join(needing)}: {err} Or pass --protocol rule "
+                             "(no judge; not the paper's numbers).") from None  # fmt: skip
+    problem = judge.check_reachable()
+    if problem:
+        where = args.judge_base_url or "OpenAI's API"
+        raise EvalUsageError(
+            f"--protocol {args.protocol} judges {', '.join(needing)} with {args.judge_model}, but {where} did not "
+            f"answer ({problem}); start the endpoint or fix --judge_base_url / ${args.judge_api_key_env}, or pass "
+            "--protocol rule (no judge; not the paper's numbers)."
+        )
+    return judge
+
+
+def _check_usage(args) -> list[Benchmark]:
+    try:
+        benches = resolve_benchmarks(args.benchmarks)
+    except ValueError as err:
+        raise EvalUsageError(str(err)) from None
+    for name, value in (
+        ("--limit", args.limit),
+        ("--max_new_tokens", args.max_new_tokens),
+        ("--batch_size", args.batch_size),
+        ("--tensor_parallel_size", args.tensor_parallel_size),
+    ):
+        if value is not None and value < 1:
+            raise EvalUsageError(f"{name} must be at least 1, got {value}.")
+    return benches
+
+
+def summarize_folder(output_dir: Path, manifest: dict[str, Any], args, seconds: float | None) -> dict[str, Any]:
+    """The summary of everything in the folder under `args.protocol`; written to summary.json / summary.md."""
+    from .table import paper_rows_for, render_markdown, summarize_benchmark, table_row
+
+    summaries = {}
+    for name in [*PAPER_BENCHMARKS, *(n for n in BENCHMARKS if n not in PAPER_BENCHMARKS)]:
+        records = read_records(output_dir / f"{name}.jsonl")
+        if records:
+            summaries[name] = summarize_benchmark(name, records, manifest.get("totals", {}).get(name), args.protocol)
+    paper_model, paper = paper_rows_for(args.paper_model, manifest.get("base_model_arg"), manifest.get("model_arg"),
+                                        manifest.get("model"))  # fmt: skip
+    summary = {
+        "model": manifest.get("model_arg") or manifest.get("model"),
+        "adapter": manifest.get("adapter"),
+        "backend": manifest["generation"].get("backend"),
+        "generation": manifest["generation"],
+        "grading": _grading_settings(args),
+        "sources": manifest["sources"],
+        "seconds_this_run": None if seconds is None else round(seconds, 1),
+        "benchmarks": summaries,
+        "table": {
+            "columns": [BENCHMARKS[name].title for name in PAPER_BENCHMARKS] + ["Avg."],
+            "this_run": table_row(summaries),
+            "paper_model": paper_model,
+            "paper": {method: list(values) for method, values in paper.items()} if args.protocol == "paper" else {},
+        },
+    }
+    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    markdown = render_markdown(summary)
+    (output_dir / "summary.md").write_text(markdown)
+    print(markdown)
+    print(f"Records and summary: {output_dir}/")
+    return summary
+
+
+def regrade_folder(output_dir: Path, names: list[str], args, judge) -> dict[str, int]:
+    """Grade every record in the folder that lacks a verdict of `args.protocol` (new, a judge error, another grader
+    version or judge model); returns how many per benchmark."""
+    from tqdm.auto import tqdm
+
+    from .grading import grade_records
+
+    graded = {}
+    for name in names:
+        path = output_dir / f"{name}.jsonl"
+        records = read_records(path)
+        if not records:
+            continue
+        for start in tqdm(range(0, len(records), 256), desc=f"grading {name}", disable=len(records) <= 256):
+            graded[name] = graded.get(name, 0) + grade_records(records[start : start + 256], args.protocol, judge,
+                                                               workers=args.judge_workers)  # fmt: skip
+            write_records(path, records)  # progress survives an interruption
+    return graded
+
+
+def rescore(args: argparse.Namespace) -> dict[str, Any]:
+    """`--rescore DIR`: grade stored completions under `--protocol`, keep the other verdicts, write the summary."""
+    output_dir = Path(args.rescore)
+    if not (output_dir / MANIFEST).is_file():
+        raise EvalUsageError(f"--rescore {args.rescore}: no {MANIFEST} there (not a `vepo-trl eval` results folder).")
+    benches = _check_usage(args)
+    present = [b for b in benches if (output_dir / f"{b.name}.jsonl").is_file()]
+    if args.benchmarks == "all":  # every benchmark the folder holds, the synthetic one included
+        present = [BENCHMARKS[n] for n in BENCHMARKS if (output_dir / f"{n}.jsonl").is_file()]
+    if not present:
+        raise EvalUsageError(f"--rescore {args.rescore}: no records of {args.benchmarks} there.")
+    from .grading import uses_judge
+
+    for bench in present:
+        if uses_judge(args.protocol, bench.name):
+            first = read_records(output_dir / f"{bench.name}.jsonl")[:1]
+            if first and "judge_question" not in first[0]:
+                raise EvalUsageError(f"--rescore: {bench.name}'s records predate stored judge questions; "
+                                     "generate them again into a new --output_dir.")  # fmt: skip
+    judge = make_judge(args, present)
+    manifest = json.loads((output_dir / MANIFEST).read_text())
+    if "generation" not in manifest:
+        manifest["generation"] = {k: v for k, v in manifest.get("protocol", {}).items() if not k.startswith("judge_")}
+    start = time.perf_counter()
+    regrade_folder(output_dir, [b.name for b in present], args, judge)
+    manifest.setdefault("grading", {})[args.protocol] = _grading_settings(args)
+    (output_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return summarize_folder(output_dir, manifest, args, time.perf_counter() - start)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -295,20 +502,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     from .generate import resolve_adapter
-    from .table import paper_rows_for, render_markdown, summarize_benchmark, table_row
 
+    if args.rescore is not None:
+        if args.model is not None:
+            raise EvalUsageError("--rescore grades stored completions: pass no --model.")
+        return rescore(args)
+    if args.model is None:
+        raise EvalUsageError("--model is required (or --rescore DIR to grade stored completions).")
     # -- usage checks: all before data or model loading ------------------------------------------------------------
-    try:
-        benches = resolve_benchmarks(args.benchmarks)
-    except ValueError as err:
-        raise EvalUsageError(str(err)) from None
-    for name, value in (
-        ("--limit", args.limit),
-        ("--max_new_tokens", args.max_new_tokens),
-        ("--batch_size", args.batch_size),
-    ):
-        if value is not None and value < 1:
-            raise EvalUsageError(f"{name} must be at least 1, got {value}.")
+    benches = _check_usage(args)
     check_model(args.model)
     for flag in ("adapter", "base_model"):
         if getattr(args, flag):
@@ -317,44 +519,44 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise EvalUsageError(f"--data_dir {args.data_dir}: no such folder.")
     for bench in benches:
         bench.check_available(args.data_dir)
-    if args.judge_model:
-        from .judge import LLMJudge
-
-        try:
-            judge = LLMJudge(args.judge_model, base_url=args.judge_base_url, api_key_env=args.judge_api_key_env,
-                             timeout=args.judge_timeout, max_retries=args.judge_max_retries,
-                             workers=args.judge_workers)  # fmt: skip
-        except ValueError as err:  # no key in the environment, or no openai client
-            raise EvalUsageError(str(err)) from None
-    else:
-        judge = None
+    state = PartialState()
+    backend = _resolve_backend(args, state)
+    judge = make_judge(args, benches)  # on every process: one that stopped alone would leave the others waiting
     model_id, adapter = resolve_adapter(args.model, args.adapter, args.base_model)
     output_dir = Path(args.output_dir or f"eval-{Path(args.model.rstrip('/')).name}")
     manifest = {
         "model": _model_identity(model_id),
         "adapter": _model_identity(adapter),
-        "protocol": _protocol(args),
+        "model_arg": args.model,
+        "base_model_arg": args.base_model,
+        "generation": _generation_settings(args, backend),
         "sources": {bench.name: bench.source(args.data_dir) for bench in benches},
     }
     manifest = check_manifest(output_dir, manifest)
+    manifest.pop("protocol", None)  # the pre-split key, now `generation` + `grading`
 
-    state = PartialState()
     # -- data, then the model --------------------------------------------------------------------------------------
     examples: dict[str, list[Example]] = {}
     with state.main_process_first():
         for bench in benches:
             examples[bench.name] = bench.load_examples(args.data_dir, limit=args.limit)
-    manifest["totals"] = {**manifest.get("totals", {}), **{name: len(ex) for name, ex in examples.items()}}
+    for name, loaded in examples.items():
+        previous = manifest.get("totals", {}).get(name)
+        # A full run completes a folder that a --limit run started; a --limit run never shrinks a full one
+        if args.limit is None or not isinstance(previous, dict) or previous.get("limit") is not None:
+            manifest.setdefault("totals", {})[name] = {"examples": len(loaded), "limit": args.limit}
     if model_id == TINY_MODEL:
         model_id = resolve_model_name(model_id)
     start = time.perf_counter()
-    generator = _make_generator(args, model_id, adapter, state)
-    manifest["backend"] = generator.name
+    generator = _make_generator(args, backend, model_id, adapter, state)
     if state.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
+        manifest.setdefault("grading", {})[args.protocol] = _grading_settings(args)
         (output_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
 
-    # -- generate, grade, append -----------------------------------------------------------------------------------
+    # -- generate, append; grading follows over the whole folder ---------------------------------------------------
+    from .grading import grade_records
+
     chunk_size = args.batch_size * state.num_processes
     for bench in benches:
         path = output_dir / f"{bench.name}.jsonl"
@@ -375,7 +577,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             outputs = [(i, p[0], completions.get(k, ""), p[2]) for k, (i, p) in enumerate(zip(mine, prepared))]
             outputs = sorted(gather_object(outputs))
             if state.is_main_process:
-                records = grade_records(bench, chunk, [o[1:] for o in outputs], judge)
+                records = make_records(bench, chunk, [o[1:] for o in outputs])
+                grade_records(records, "rule", None)  # cheap, and always beside the protocol's verdict
+                grade_records(records, args.protocol, judge, workers=args.judge_workers)
                 with open(path, "a", encoding="utf-8") as f:
                     for record in records:
                         f.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -385,35 +589,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         bar.close()
     state.wait_for_everyone()
 
-    # -- summary over everything in the folder ---------------------------------------------------------------------
     summary: dict[str, Any] = {}
     if state.is_main_process:
-        summaries = {}
-        for name in [*PAPER_BENCHMARKS, *(n for n in BENCHMARKS if n not in PAPER_BENCHMARKS)]:
-            records = read_records(output_dir / f"{name}.jsonl")
-            if records:
-                summaries[name] = summarize_benchmark(name, records, manifest["totals"].get(name))
-        paper_model, paper = paper_rows_for(args.paper_model, args.base_model, args.model, model_id)
-        summary = {
-            "model": args.model,
-            "adapter": args.adapter,
-            "backend": generator.name,
-            "protocol": manifest["protocol"],
-            "sources": manifest["sources"],
-            "seconds_this_run": round(time.perf_counter() - start, 1),
-            "benchmarks": summaries,
-            "table": {
-                "columns": [BENCHMARKS[name].title for name in PAPER_BENCHMARKS] + ["Avg."],
-                "this_run": table_row(summaries),
-                "paper_model": paper_model,
-                "paper": {method: list(values) for method, values in paper.items()},
-            },
-        }
-        (output_dir / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
-        markdown = render_markdown(summary)
-        (output_dir / "summary.md").write_text(markdown)
-        print(markdown)
-        print(f"Records and summary: {output_dir}/")
+        # Records of an earlier run whose judge failed (or that another protocol graded) are graded now
+        regrade_folder(output_dir, [bench.name for bench in benches], args, judge)
+        summary = summarize_folder(output_dir, manifest, args, time.perf_counter() - start)
     return summary
 
 

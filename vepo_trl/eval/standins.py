@@ -283,6 +283,11 @@ def _wemath(root: Path, layout: str) -> None:
          "option": "A. 200.96;B. 3215.36;C. 6280;D. 32;E. No correct answer", "image_path": "3steps/image/165-m.png"},
         {**WEMATH_ROW, "ID": "2steps_7", "key": "2steps_multi", "question number": 21, "answer": "C",
          "option": "A. 1;B. 2;C. 3;D. 4", "image_path": "2steps/image/7-m.png"},
+        # 2steps_7's two one-step sub-problems: a whole problem for the four-dimensional metric
+        {**WEMATH_ROW, "ID": "2steps_7", "key": "2steps_1", "question number": 19, "answer": "A",
+         "option": "A. 1;B. 2;C. 3;D. 4", "image_path": "2steps/image/7-1.png"},
+        {**WEMATH_ROW, "ID": "2steps_7", "key": "2steps_2", "question number": 20, "answer": "D",
+         "option": "A. 1;B. 2;C. 3;D. 4", "image_path": "2steps/image/7-2.png"},
     ]  # fmt: skip
     folder = root / "wemath"
     if layout == "noisyrollout":

@@ -1,7 +1,8 @@
 """The summary of an evaluation, laid out like the paper's Table 1, with the paper's numbers beside it.
 
-`summarize` turns graded records into per-benchmark accuracies (headline, by rule, by judge, their agreement, and
-sub-categories); `render_markdown` writes the table a reader compares with the paper.
+`summarize_benchmark` turns graded records into per-benchmark accuracies under one protocol (and every protocol whose
+verdicts the records hold, sub-categories, official secondary metrics); `render_markdown` writes the table a reader
+compares with the paper. The paper's rows are printed only under `--protocol paper`.
 """
 
 from __future__ import annotations
@@ -57,44 +58,124 @@ def _pct(value: float | None) -> float | None:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else round(100 * value, 2)
 
 
-def summarize_benchmark(name: str, records: Sequence[Mapping[str, Any]], expected: int | None) -> dict[str, Any]:
-    """Accuracies of one benchmark's graded records (percent, 2 decimals)."""
+def _verdict(record: Mapping[str, Any], protocol: str) -> Mapping[str, Any] | None:
+    return (record.get("verdicts") or {}).get(protocol)
+
+
+def _expected(total: Any) -> tuple[int | None, int | None]:
+    """`(rows loaded, --limit)` from the manifest's totals (an int in folders written before --limit was recorded)."""
+    if isinstance(total, Mapping):
+        return total.get("examples"), total.get("limit")
+    return total, None
+
+
+def _scored_by(name: str, protocol: str, judge: str | None) -> str:
+    from .grading import uses_judge
+
+    if uses_judge(protocol, name):
+        return f"judge ({judge})" if judge else "judge"
+    if protocol == "paper" and name == "geometry3k":
+        return "mathruler"
+    if protocol == "paper" and name == "hallusionbench":
+        return "exact yes/no"
+    return "rule"
+
+
+def summarize_benchmark(name: str, records: Sequence[Mapping[str, Any]], expected: Any, protocol: str = "rule",
+                        judge: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """Accuracies of one benchmark's records under `protocol` (percent, 2 decimals), and every protocol's accuracy
+    where the records hold its verdicts. Rows without a verdict (a judge that failed) make the benchmark incomplete."""
     bench = BENCHMARKS[name]
-    rule = [bool(r["rule_correct"]) for r in records]
-    judged = [r for r in records if r.get("judge_correct") is not None]
+    total, limit = _expected(expected)
+    graded = [r for r in records if (_verdict(r, protocol) or {}).get("correct") is not None]
+    correct = [bool(_verdict(r, protocol)["correct"]) for r in graded]
+    unjudged = len(records) - len(graded)
+    judges = {(_verdict(r, protocol).get("grader") or {}).get("judge") for r in graded} - {None}
     summary: dict[str, Any] = {
         "title": bench.title,
         "examples": len(records),
-        "expected": expected,
-        "complete": expected is not None and len(records) >= expected,
-        "accuracy": _pct(_mean([bool(r["correct"]) for r in records])),
-        "scored_by": "judge" if any(r.get("scored_by") == "judge" for r in records) else "rule",
-        "rule_accuracy": _pct(_mean(rule)),
+        "expected": total,
+        "limit": limit,
+        "partial": limit is not None,
+        "unjudged": unjudged,
+        "unusable": sum(1 for r in records if r.get("error")),
+        "complete": limit is None and total is not None and len(records) >= total and unjudged == 0,
+        "protocol": protocol,
+        "accuracy": _pct(_mean(correct)),
+        "correct": sum(correct),
+        "scored_by": _scored_by(name, protocol, judge or next(iter(judges), None)),
+        "rule_accuracy": _pct(_mean([bool(r["rule_correct"]) for r in records])),
     }
-    if any("judge_correct" in r for r in records):
-        summary["judge_accuracy"] = _pct(_mean([bool(r["judge_correct"]) for r in judged])) if judged else None
-        summary["judge_agreement"] = (
-            _pct(_mean([bool(r["judge_correct"]) == bool(r["rule_correct"]) for r in judged])) if judged else None
-        )
-        summary["judge_errors"] = sum(1 for r in records if r.get("judge_error"))
+    by_protocol = {}
+    for other in ("rule", "lenient", "paper"):
+        verdicts = [_verdict(r, other) for r in records]
+        done = [v for v in verdicts if v is not None and v.get("correct") is not None]
+        if done:
+            by_protocol[other] = {"correct": sum(bool(v["correct"]) for v in done), "graded": len(done),
+                                  "accuracy": _pct(_mean([bool(v["correct"]) for v in done]))}  # fmt: skip
+    summary["by_protocol"] = by_protocol
+    errors = [(_verdict(r, protocol) or {}).get("error") for r in records]
+    summary["judge_errors"] = sum(1 for e in errors if e)
     categories: dict[str, dict[str, dict[str, Any]]] = {}
     for field in bench.category_fields:
         groups: dict[str, list[bool]] = {}
-        for record in records:
-            groups.setdefault(record["categories"].get(field, "unknown"), []).append(bool(record["correct"]))
+        for record, value in zip(graded, correct):
+            groups.setdefault(record["categories"].get(field, "unknown"), []).append(value)
         categories[field] = {
             value: {"examples": len(v), "accuracy": _pct(_mean(v))} for value, v in sorted(groups.items())
         }
     if categories:
         summary["categories"] = categories
-    summary.update({key: _pct(value) for key, value in bench.extra_metrics(records).items()})
+    if not unjudged:
+        scored = [{**r, "correct": value} for r, value in zip(graded, correct)]
+        summary["metrics"] = {key: _pct(value) for key, value in bench.extra_metrics(scored).items()}
+        # The official secondary metric reads this protocol's verdicts and extractions
+        scored = [{**r, "extracted": _verdict(r, protocol).get("extracted")} for r in scored]
+        official = bench.official_metrics(scored)
+        if official is not None:
+            summary["official"] = {"protocol": protocol, **_pct_official(official)}
     return summary
 
 
+def _pct_official(official: Mapping[str, Any]) -> dict[str, Any]:
+    """Fractions to percent (2 decimals); counts stay counts."""
+    converted = dict(official)
+    for key in ("accuracy",):
+        if key in converted:
+            converted[key] = _pct(converted[key])
+    for key in ("rates", "scores"):
+        if key in converted:
+            converted[key] = {name: _pct(value) for name, value in converted[key].items()}
+    return converted
+
+
+def official_lines(bench: Mapping[str, Any]) -> list[str]:
+    """The markdown line of a benchmark's official secondary metric (empty when it has none)."""
+    official = bench.get("official")
+    if not official:
+        return []
+    head = (
+        f"- {bench['title']}: **{official['name']}** ({official['source']}; on the `{official['protocol']}` verdicts"
+    )
+    if "scores" in official:  # We-Math
+        rates, counts = official["rates"], official["counts"]
+        count_of = {"IK": "IK", "IG": "IG", "CM (strict)": "CM_strict", "CM (loose)": "CM_loose",
+                    "RM (strict)": "RM_strict", "RM (loose)": "RM_loose"}  # fmt: skip
+        cells = [f"{name} {_cell(value)} ({counts[count_of[name]]})" for name, value in rates.items()]
+        scores = ", ".join(f"{name} {_cell(value)}" for name, value in official["scores"].items())
+        return [f"{head}, {official['problems']} problems): {scores}; {', '.join(cells)}. IK, IG, CM over the "
+                "problems, RM over CM + RM (counts in brackets); IK and IG have no strict/loose variants."]  # fmt: skip
+    return [f"{head}): {_cell(official['accuracy'])} ({official['correct']} / {official['examples']}), beside the "
+            f"headline's {_cell(bench['accuracy'])}."]  # fmt: skip
+
+
 def table_row(summaries: Mapping[str, Mapping[str, Any]]) -> list[float | None]:
-    """This run's Table 1 row: the seven headline accuracies in the paper's order and their average (only when all
-    seven are complete)."""
-    values = [summaries[name]["accuracy"] if name in summaries else None for name in PAPER_BENCHMARKS]
+    """This run's Table 1 row: the seven headline accuracies in the paper's order (none for a benchmark with rows
+    still to grade) and their average (only when all seven are complete, never for a --limit run)."""
+    values = [
+        summaries[name]["accuracy"] if name in summaries and not summaries[name]["unjudged"] else None
+        for name in PAPER_BENCHMARKS
+    ]
     complete = all(name in summaries and summaries[name]["complete"] for name in PAPER_BENCHMARKS)
     average = round(_mean(values), 2) if complete and None not in values else None
     return [*values, average]
@@ -105,55 +186,79 @@ def _cell(value: float | None) -> str:
 
 
 def render_markdown(summary: Mapping[str, Any]) -> str:
-    """The summary as markdown: Table 1 with the paper's rows, scoring notes, sub-categories, the protocol."""
+    """The summary as markdown: Table 1 (with the paper's rows under the paper protocol), notes, sub-categories."""
+    from .grading import PROTOCOL_HELP
+    from .paper import MMK12_NOTE, MMK12_UNKNOWN
+
     benches = summary["benchmarks"]
+    protocol = summary["grading"]["protocol"]
     titles = [BENCHMARKS[name].title for name in PAPER_BENCHMARKS]
     label = summary["model"] + (f" + {summary['adapter']}" if summary.get("adapter") else "")
-    lines = [f"# vepo-trl eval: {label}", ""]
+    lines = [f"# vepo-trl eval: {label}", "", f"Graded under `--protocol {protocol}`: {PROTOCOL_HELP[protocol]}.", ""]
+    partial = sorted({b["limit"] for b in benches.values() if b.get("partial")})
     in_table = [name for name in PAPER_BENCHMARKS if name in benches]
     if in_table:
+        this_run = "**this run**" + (f" (partial: --limit {partial[0]})" if partial else "")
         lines += [
             "| Model / Dataset | " + " | ".join(titles) + " | Avg. |",
             "|---|" + "---:|" * (len(titles) + 1),
-            "| **this run** | " + " | ".join(_cell(v) for v in summary["table"]["this_run"]) + " |",
+            f"| {this_run} | " + " | ".join(_cell(v) for v in summary["table"]["this_run"]) + " |",
         ]
         paper_model = summary["table"].get("paper_model")
         for method, values in summary["table"].get("paper", {}).items():
             name = paper_model if method == "base" else f"+ {method}"
             lines.append(f"| paper: {name} | " + " | ".join(_cell(v) for v in values) + " |")
         lines.append("")
-        if summary["table"]["this_run"][-1] is None:
-            lines.append("Avg. is shown once all seven benchmarks are complete. ")
-        if not paper_model:
+        if partial:
+            lines.append(f"PARTIAL: a --limit {partial[0]} run grades the first rows only; no average, and no cell "
+                         "is comparable with the paper's. ")  # fmt: skip
+        elif summary["table"]["this_run"][-1] is None:
+            lines.append("Avg. is shown once all seven benchmarks are complete and fully graded. ")
+        if protocol != "paper":
+            lines.append(f"No paper rows: `--protocol {protocol}` does not grade as the paper did; run or --rescore "
+                         "with `--protocol paper` to compare with Table 1.")  # fmt: skip
+        elif not paper_model:
             lines.append("No paper rows: the model name shows no 3B/7B size (pass --paper_model).")
         lines.append("")
+    if "mmk12" in benches:
+        lines += [f"MMK12: {MMK12_NOTE if protocol == 'paper' else MMK12_UNKNOWN}", ""]
     lines += [
-        "| Benchmark | Examples | Accuracy | Scored by | Rule | Judge | Agreement | Other |",
+        "| Benchmark | Examples | Accuracy | Scored by | Rule | Lenient | Paper | Other |",
         "|---|---:|---:|---|---:|---:|---:|---|",
     ]
     for bench in benches.values():
-        extra = ", ".join(f"{key} {bench[key]:.2f}" for key in ("aAcc", "qAcc", "fAcc") if bench.get(key) is not None)
-        if bench.get("judge_errors"):
-            extra = ", ".join(filter(None, [extra, f"{bench['judge_errors']} judge errors (graded by rule)"]))
+        notes = [f"{key} {value:.2f}" for key, value in bench.get("metrics", {}).items() if value is not None]
+        if bench.get("unjudged"):
+            notes.append(f"INCOMPLETE: {bench['unjudged']} rows not graded ({bench['judge_errors']} judge errors; "
+                         "a rerun or --rescore retries them)")  # fmt: skip
+        if bench.get("unusable"):
+            notes.append(f"{bench['unusable']} rows with an unreadable image, counted wrong")
+        if bench.get("partial"):
+            notes.append(f"partial (--limit {bench['limit']})")
         count = f"{bench['examples']}" + (f" / {bench['expected']}" if bench.get("expected") else "")
+        others = [_cell(bench["by_protocol"].get(p, {}).get("accuracy")) for p in ("rule", "lenient", "paper")]
         lines.append(
             f"| {bench['title']} | {count} | {_cell(bench['accuracy'])} | {bench['scored_by']} | "
-            f"{_cell(bench['rule_accuracy'])} | {_cell(bench.get('judge_accuracy'))} | "
-            f"{_cell(bench.get('judge_agreement'))} | {extra} |"
+            + " | ".join(others)
+            + f" | {', '.join(notes)} |"
         )
     lines.append("")
+    official = [line for bench in benches.values() for line in official_lines(bench)]
+    if official:
+        lines += ["Official secondary metrics (beside the headline, not in Table 1):", "", *official, ""]
     for bench in benches.values():
         for field, groups in bench.get("categories", {}).items():
             cells = ", ".join(f"{value} {_cell(g['accuracy'])} ({g['examples']})" for value, g in groups.items())
             lines.append(f"- {bench['title']} by `{field}`: {cells}")
-    protocol = summary["protocol"]
+    generation, grading = summary["generation"], summary["grading"]
     lines += [
         "",
-        f"Protocol: greedy decoding, up to {protocol['max_new_tokens']} new tokens, the training system prompt, "
-        f"images resized to [{protocol['min_pixels']:,}, {protocol['max_pixels']:,}] pixels; "
-        f"backend {summary.get('backend', '?')}; judge {protocol.get('judge_model') or 'none'}. "
-        "Accuracy is the judge's verdict where a judge ran on a benchmark the paper judged, else the rule's "
-        "(last \\boxed{} with math-verify, option letter or text, yes/no).",
+        f"Generation: greedy, up to {generation['max_new_tokens']} new tokens, the release's evaluation system prompt, "
+        f"images resized to [{generation['min_pixels']:,}, {generation['max_pixels']:,}] pixels; backend "
+        f"{generation.get('backend', '?')}, dtype {generation.get('dtype', '?')}. Grading: {protocol} "
+        f"(grader version {grading['grader_version']}), judge {grading.get('judge_model') or 'none'}. The Rule / "
+        "Lenient / Paper columns are each protocol's accuracy where the records hold its verdicts "
+        "(`--rescore DIR --protocol NAME` adds one).",
         "",
     ]
     return "\n".join(lines)

@@ -250,7 +250,7 @@ def main() -> None:
         "threads": torch.get_num_threads(),
     }
     print(f"\n{summary['model']}: width {text.hidden_size}, vocabulary {vocab}, {args.layers} layers, "
-          f"{args.vision_depth} vision blocks, {args.image_size} px image ({summary['image_tokens']} image tokens)")  # fmt: skip
+          f"{args.vision_depth} vision blocks, {args.image_size} px image ({summary['image_tokens']} image tokens in a micro-batch of 2 prompts)")  # fmt: skip
     print(f"signals of the training step against the full-logits reference over {tokens} tokens:")
     for name, value in errors.items():
         print(f"  max |error| {name:<18} {value:.2e}")

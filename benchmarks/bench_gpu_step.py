@@ -109,10 +109,15 @@ def make_batch(processor, device, completions, completion_length, image_side, vo
     encoded = processor(images=[image], text=[text], return_tensors="pt")
     g = completions
     prompt_ids = encoded["input_ids"].repeat(g, 1)
+    completion_ids = torch.randint(0, vocab_limit, (g, completion_length), generator=generator)
+    # A sampled image or vision marker would be read as an image placeholder with no image behind it
+    markers = ["<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"]
+    marker_ids = torch.tensor(processor.tokenizer.convert_tokens_to_ids(markers))
+    completion_ids[torch.isin(completion_ids, marker_ids)] = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
     batch = {
         "prompt_ids": prompt_ids,
         "prompt_mask": torch.ones_like(prompt_ids),
-        "completion_ids": torch.randint(0, vocab_limit, (g, completion_length), generator=generator),
+        "completion_ids": completion_ids,
         "completion_mask": torch.ones(g, completion_length, dtype=torch.long),
         "advantages": torch.randn(g, generator=generator),  # non-zero: every completion is scored
         "num_items_in_batch": torch.tensor(g * completion_length),
@@ -180,7 +185,7 @@ def run_method(name, settings, model, processor, batch, args, device, output_dir
     trainer.current_gradient_accumulation_steps = 1
     timer = PhaseTimer(device)
     timer.wrap(trainer, "_forward", "loss_forward")
-    timer.wrap(trainer, "_perturbed_hidden", "perturbed_forward")
+    timer.wrap(trainer.perturbed_pass, "perturbed_hidden", "perturbed_forward")
     original_signals = perturbed_pass_module.token_signals
 
     def timed_signals(*a, **k):

@@ -1,6 +1,6 @@
-"""The stand-in's engine: the checkpoint loaded with transformers, real sampling with per-token processed log-probs
-(after temperature and the top-k / top-p / min-p filters, vLLM's `logprobs_mode="processed_logprobs"`), and weight
-loads by Hugging Face parameter name. `LLM` (colocate) and the HTTP server (server mode) both run on it."""
+"""The stand-in's engine: the checkpoint loaded with transformers, real sampling with per-token log-probs after the
+temperature (vLLM's `logprobs_mode="processed_logprobs"`; the other filters are refused), and weight loads by
+Hugging Face parameter name. `LLM` (colocate) and the HTTP server (server mode) both run on it."""
 
 from __future__ import annotations
 
@@ -59,6 +59,15 @@ class Engine:
             raise RuntimeError(f"vLLM stand-in: generate with discarded weights ({len(self.stale)} not reloaded)")
         if params.structured_outputs is not None:
             raise NotImplementedError("vLLM stand-in: structured outputs")
+        if (
+            (params.top_k or 0) > 0
+            or params.top_p < 1.0
+            or (params.min_p or 0.0) > 0.0
+            or params.repetition_penalty != 1
+        ):
+            raise NotImplementedError(
+                "vLLM stand-in: samples at a temperature only (no top-k / top-p / min-p / penalty)"
+            )
         tokenizer = self.processor.tokenizer
         image_token = self.processor.image_token_id if hasattr(self.processor, "image_token_id") else None
         merge = self.processor.image_processor.merge_size**2
@@ -96,20 +105,20 @@ class Engine:
                 **vision_inputs,
                 do_sample=True,
                 temperature=params.temperature,
-                top_p=params.top_p,
-                top_k=params.top_k or 0,
-                min_p=params.min_p or None,
-                repetition_penalty=params.repetition_penalty,
+                top_p=1.0,
+                top_k=0,
                 max_new_tokens=params.max_tokens,
                 pad_token_id=pad,
-                # Only the SamplingParams' processors, as in vLLM (not the checkpoint's `suppress_tokens`)
-                suppress_tokens=None,
-                begin_suppress_tokens=None,
-                output_scores=True,
+                output_logits=True,
                 return_dict_in_generate=True,
             )
-        # `scores`: the logits after the processors (temperature, filters), i.e. what the sample was drawn from
-        logprobs = torch.stack(out.scores, dim=1).float().log_softmax(-1)  # (rows, steps, vocab)
+        # vLLM's processed log-probs at temperature t: log_softmax(logits / t). The checkpoint's `suppress_tokens` (the
+        # image / video placeholders, which a random tiny model would otherwise sample and so break the image-token
+        # count) still apply to the draw; their probability (~1e-3 here) stays in the reported log-probs, which thus
+        # remain the policy's own.
+        logprobs = (torch.stack(out.logits, dim=1).float() / params.temperature).log_softmax(
+            -1
+        )  # (rows, steps, vocab)
         generated = out.sequences[:, width:]
         samples = []
         for row in range(len(rows)):

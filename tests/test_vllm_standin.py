@@ -12,7 +12,7 @@ from vepo_trl.trainer import SELECTION_KEY
 
 from . import vllm_standin
 from .test_rollout_scoring import _mask_with_weights
-from .test_trainer import clone_inputs, make_trainer
+from .test_trainer import clone_inputs, make_trainer, mixed_rows
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +113,45 @@ def test_vepo_trains_on_vllm(vllm_server, tiny_model_dir, visual_dataset, tmp_pa
     if mode == "server":
         assert vllm_server.calls.count("/init_weight_transfer_engine") >= 1
         assert "/inference/v1/generate" in vllm_server.calls  # image prompts: token ids with the images' features
+
+
+@pytest.mark.parametrize(
+    "mode,rows", [("colocate", "mixed"), ("server", "mixed"), ("server", "text_only")], ids=lambda value: value
+)
+def test_text_only_rows_on_vllm(vllm_server, tiny_model_dir, visual_dataset, tmp_path, mode, rows):
+    """Text-only prompts beside image prompts (server: the text rows' features are None), or alone (server: TRL
+    sends token ids to /v1/completions): VEPO scores at rollout and trains."""
+    dataset = mixed_rows(visual_dataset)
+    dataset = dataset if rows == "mixed" else dataset.select(range(0, 8, 2))
+    settings = {"vllm_server_base_url": vllm_server.url, "vllm_group_port": vllm_standin.free_port()}
+    trainer = make_trainer(
+        tiny_model_dir,
+        dataset,
+        tmp_path,
+        use_vllm=True,
+        vllm_mode=mode,
+        vllm_importance_sampling_correction=True,
+        per_device_train_batch_size=8 if rows == "mixed" else 4,
+        num_generations=2,
+        shuffle_dataset=False,
+        max_steps=1,
+        **(settings if mode == "server" else {}),
+    )
+    calls_before = len(vllm_server.calls)
+    rollouts, _ = _record_rollouts_and_uses(trainer)
+    trainer.train()
+    ((_, output),) = rollouts
+    with_image = torch.tensor([n > 0 for n in output["num_images"]]) if "num_images" in output else None
+    if rows == "mixed":
+        assert with_image.any() and not with_image.all()
+    else:
+        assert with_image is None or not with_image.any()
+    assert SELECTION_KEY in output
+    ratio = output["importance_sampling_ratio"]
+    torch.testing.assert_close(ratio, torch.ones_like(ratio), rtol=0, atol=1e-4)
+    if mode == "server":
+        route = "/inference/v1/generate" if rows == "mixed" else "/v1/completions"
+        assert route in vllm_server.calls[calls_before:]
 
 
 def test_stand_in_refuses_what_vllm_would(vllm_server, tiny_model_dir):

@@ -114,11 +114,10 @@ class Engine:
             )
         # vLLM's processed log-probs at temperature t: log_softmax(logits / t). The checkpoint's `suppress_tokens` (the
         # image / video placeholders, which a random tiny model would otherwise sample and so break the image-token
-        # count) still apply to the draw; their probability (~1e-3 here) stays in the reported log-probs, which thus
-        # remain the policy's own.
-        logprobs = (torch.stack(out.logits, dim=1).float() / params.temperature).log_softmax(
-            -1
-        )  # (rows, steps, vocab)
+        # count) still apply to the draw; their probability (about 5e-3 per token here) stays in the reported
+        # log-probs, which thus remain the policy's own.
+        logits = torch.stack(out.logits, dim=1).float()  # (rows, steps, vocab)
+        logprobs = (logits / params.temperature).log_softmax(-1)
         generated = out.sequences[:, width:]
         samples = []
         for row in range(len(rows)):

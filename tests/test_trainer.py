@@ -376,6 +376,10 @@ def _select_alone(trainer, inputs):
 
 @pytest.fixture(scope="module")
 def mixed_dataset(visual_dataset):
+    return mixed_rows(visual_dataset)
+
+
+def mixed_rows(visual_dataset):
     """Half the rows keep their image; the other half ask a text-only question."""
     from datasets import Dataset
 

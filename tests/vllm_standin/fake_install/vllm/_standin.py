@@ -1,0 +1,131 @@
+"""The stand-in's engine: the checkpoint loaded with transformers, real sampling with per-token log-probs after the
+temperature (vLLM's `logprobs_mode="processed_logprobs"`; the other filters are refused), and weight loads by
+Hugging Face parameter name. `LLM` (colocate) and the HTTP server (server mode) both run on it."""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+from transformers import AutoModelForImageTextToText, AutoProcessor
+
+from .sampling_params import SamplingParams
+
+
+class Engine:
+    def __init__(self, model: str, seed: int = 0):
+        self.model = AutoModelForImageTextToText.from_pretrained(model, dtype=torch.float32).eval()
+        self.processor = AutoProcessor.from_pretrained(model)
+        self.params = dict(self.model.named_parameters())
+        self.seed = seed
+        self.requests = 0
+        self.weight_loads: list[list[str]] = []  # names of each `load_weights` call, in order
+        self.stale: set[str] = set()  # parameters discarded by sleep(level=2) and not loaded since
+        self.lock = threading.Lock()  # one generation at a time: the server takes concurrent requests
+
+    # -- weights ---------------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def load_weights(self, weights) -> set[str]:
+        names = []
+        for name, tensor in weights:
+            if name not in self.params:
+                raise KeyError(f"vLLM stand-in: no parameter named {name!r} in {type(self.model).__name__}")
+            param = self.params[name]
+            if tuple(tensor.shape) != tuple(param.shape):
+                raise ValueError(f"vLLM stand-in: {name} has shape {tuple(param.shape)}, got {tuple(tensor.shape)}")
+            param.copy_(tensor.to(device=param.device, dtype=param.dtype))
+            self.stale.discard(name)
+            names.append(name)
+        self.weight_loads.append(names)
+        return set(names)
+
+    @torch.no_grad()
+    def discard_weights(self) -> None:
+        """Sleep level 2 frees the weights: NaN until the trainer pushes them again, so a forgotten sync shows."""
+        for param in self.params.values():
+            param.fill_(float("nan"))
+        self.stale = set(self.params)
+
+    # -- generation ------------------------------------------------------------------------------------------------
+
+    def image_inputs(self, images: list) -> dict[str, torch.Tensor]:
+        return dict(self.processor.image_processor(images=images, return_tensors="pt"))
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], images: list[list | None], params: SamplingParams):
+        """`params.n` samples per prompt: per prompt, a list of `(token_ids, logprobs, ranks)` per sample."""
+        if self.stale:
+            raise RuntimeError(f"vLLM stand-in: generate with discarded weights ({len(self.stale)} not reloaded)")
+        if params.structured_outputs is not None:
+            raise NotImplementedError("vLLM stand-in: structured outputs")
+        if (
+            (params.top_k or 0) > 0
+            or params.top_p < 1.0
+            or (params.min_p or 0.0) > 0.0
+            or params.repetition_penalty != 1
+        ):
+            raise NotImplementedError(
+                "vLLM stand-in: samples at a temperature only (no top-k / top-p / min-p / penalty)"
+            )
+        tokenizer = self.processor.tokenizer
+        image_token = self.processor.image_token_id if hasattr(self.processor, "image_token_id") else None
+        merge = self.processor.image_processor.merge_size**2
+        rows, pixel_values, grids = [], [], []
+        for ids, prompt_images in zip(prompts, images, strict=True):
+            vision = self.image_inputs(prompt_images) if prompt_images else None
+            expected = 0 if vision is None else int((vision["image_grid_thw"].prod(-1) // merge).sum())
+            found = sum(token == image_token for token in ids)
+            if found != expected:
+                raise ValueError(f"vLLM stand-in: {found} image tokens in the prompt, {expected} image features")
+            for _ in range(params.n):
+                rows.append(list(ids))
+                if vision is not None:
+                    pixel_values.append(vision["pixel_values"])
+                    grids.append(vision["image_grid_thw"])
+        width = max(len(ids) for ids in rows)
+        pad = tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in rows])
+        attention_mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in rows])
+        vision_inputs = {}
+        if pixel_values:
+            vision_inputs = {"pixel_values": torch.cat(pixel_values), "image_grid_thw": torch.cat(grids)}
+            # Marks the image tokens, from which transformers builds Qwen2-VL's 3-D (M-RoPE) positions as vLLM does
+            # from its placeholders; without it the positions would be a text-only model's
+            vision_inputs["mm_token_type_ids"] = (input_ids == image_token).long()
+        eos = self.model.generation_config.eos_token_id
+        eos = set(eos if isinstance(eos, list) else [eos])
+        with self.lock, torch.random.fork_rng():
+            # Its own stream, like a separate engine's: the trainer's random state is neither read nor advanced
+            torch.manual_seed(params.seed if params.seed is not None else self.seed * 1_000_003 + self.requests)
+            self.requests += 1
+            out = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                **vision_inputs,
+                do_sample=True,
+                temperature=params.temperature,
+                top_p=1.0,
+                top_k=0,
+                max_new_tokens=params.max_tokens,
+                pad_token_id=pad,
+                output_logits=True,
+                return_dict_in_generate=True,
+            )
+        # vLLM's processed log-probs at temperature t: log_softmax(logits / t). The checkpoint's `suppress_tokens` (the
+        # image / video placeholders, which a random tiny model would otherwise sample and so break the image-token
+        # count) still apply to the draw; their probability (about 5e-3 per token here) stays in the reported
+        # log-probs, which thus remain the policy's own.
+        logits = torch.stack(out.logits, dim=1).float()  # (rows, steps, vocab)
+        logprobs = (logits / params.temperature).log_softmax(-1)
+        generated = out.sequences[:, width:]
+        samples = []
+        for row in range(len(rows)):
+            tokens = generated[row].tolist()
+            end = next((i + 1 for i, token in enumerate(tokens) if token in eos), len(tokens))
+            tokens = tokens[:end]
+            position = torch.arange(end)
+            chosen = logprobs[row, position, tokens]
+            ranks = (logprobs[row, position] > chosen.unsqueeze(-1)).sum(-1) + 1
+            samples.append((tokens, chosen.tolist(), ranks.tolist()))
+        return [samples[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]

@@ -1,7 +1,7 @@
 """The `vepo-trl` command line.
 
 vepo-trl demo                      train VEPO on a tiny model and synthetic data on the CPU (~35 s on 2 cores)
-vepo-trl demo --warm_start         the same from the lab's warm start (SFT'd tiny VLM): the reward rises
+vepo-trl demo --warm_start         the same from the lab's warm start (SFT'd tiny VLM): a model the reward can improve
 vepo-trl train --config R.yaml     train from a recipe (any key can be overridden: --selection_ratio 0.3)
 vepo-trl eval --model M            the paper's seven benchmarks, a Table-1 summary (alias: evaluate; --help)
 vepo-trl strategies                list the selection strategies and perturbations
@@ -85,7 +85,8 @@ def _print_short_help(command: str) -> None:
         print("every option below overrides the recipe, e.g. --max_steps 10 --selection_strategy entropy.")
         print(
             "--warm_start: start from the lab's warm start instead (a small Qwen2.5-VL SFT'd on the lab's colour "
-            "task,\nbuilt on first use in about 1.5 minutes and cached; recipe lab.yaml), so the reward rises."
+            "task,\nbuilt on first use in about 1.5 minutes and cached; recipe lab.yaml, output vepo-demo-warm/), so "
+            "the reward has something to improve."
         )
     else:
         print("\nTrain a vision-language model with VEPO. Options come from the recipe, then the command line.")

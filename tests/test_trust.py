@@ -208,6 +208,7 @@ def test_strict_data_error_names_the_flag(tmp_path, monkeypatch, capsys, nothing
         (["--learning_rate", "-1"], "learning_rate must be above 0"),
         (["--output_dir", ""], "output_dir is empty"),
         (["--output_dir", "FILE/run"], "is a file"),
+        (["--noise_step", "500.5"], "invalid int value: '500.5'"),  # argparse's own error, without its usage line
         (["--config", "BROKEN"], "is not valid YAML at line 2"),
         (["--model_name_or_path", "Qwen/Qwen2.5-VL-3B-Instruct"], "not in the local Hugging Face cache"),
         (["--dataset_name", "geometry3k"], "hiyouga/geometry3k from the Hub, which is not in the local cache"),

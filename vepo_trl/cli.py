@@ -122,6 +122,8 @@ def _parse(command: str, argv: list[str]):
     parser.prog = f"vepo-trl {command}"
     # argparse's own errors print the usage line first: TRL's is over a thousand flags long
     parser.format_usage = lambda: _USAGE.format(command=command)
+    # argparse's errors as one line too (it would print the usage line first)
+    parser.error = lambda message: _fail(command, message)
     if "--help-all" in argv:
         parser.print_help()
         sys.exit(0)

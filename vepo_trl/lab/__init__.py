@@ -96,8 +96,6 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None):
-    from .run import QUICK, LabSettings, run_lab
-
     parser = make_parser()
     args = parser.parse_args(argv)
     try:
@@ -105,6 +103,8 @@ def main(argv: list[str] | None = None):
         seeds = _seeds(args.seeds) if args.seeds is not None else None
     except UsageError as error:
         fail(parser.prog, error)
+    from .run import QUICK, LabSettings, run_lab  # torch and the trainer: only once the arguments are known good
+
     settings = LabSettings(**(QUICK if args.quick else {}))
     if args.build_warm_start:
         import json

@@ -99,7 +99,9 @@ def _print_short_help(command: str) -> None:
         print(textwrap.fill(help_text, width=110, initial_indent="      ", subsequent_indent="      "))
     print(
         "\nCommon TRL options: --model_name_or_path, --output_dir, --max_steps, --learning_rate, --num_generations,\n"
-        "--per_device_train_batch_size, --max_completion_length, --logging_steps, --use_peft, --bf16, --use_vllm.\n"
+        "--per_device_train_batch_size, --max_completion_length, --logging_steps, --use_peft, --bf16, --use_vllm,\n"
+        "--save_strategy steps --save_steps N (checkpoints), --resume_from_checkpoint true|PATH (resume one; a rerun\n"
+        "with the same settings resumes the last checkpoint itself, and says so).\n"
         f"Every GRPOConfig, TrainingArguments and ModelConfig option: vepo-trl {command} --help-all"
     )
 

@@ -30,7 +30,7 @@ README = REPO / "README.md"
 
 # name -> (README pattern with one group per figure, which measurement fills it, is it a timing)
 FIGURES = {
-    "tests": (r"the tests \(([\d,]+) of them\)", "tests", False),
+    "tests": (r"the tests \(([\d,]+) of them[;)]", "tests", False),
     "warm_seconds": (r"then 60 steps in (\d+) s,", "warm", True),
     "warm_reward": (r"(\d\.\d{3} -> \d\.\d{3}) mean reward, measured", "warm", False),
     "warm_miss": (

@@ -70,3 +70,14 @@ def test_ci_runs_the_readme_test_command_and_the_wheel_demo():
     ci = (REPO / ".ci" / "run").read_text()
     assert 'python3 -m pip install -e ".[dev]" && python3 -m pytest' in ci
     assert "python3 -m build" in ci and "dist/vepo_trl-*.whl" in ci and 'vepo-trl" demo' in ci
+
+
+def test_readme_figures_script_finds_every_figure_it_checks():
+    # benchmarks/readme_figures.py reruns these figures; a README edit that moves one must move its pattern too
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_figures", REPO / "benchmarks" / "readme_figures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name, (pattern, _, _) in module.FIGURES.items():
+        assert re.search(pattern, README), name

@@ -1,7 +1,7 @@
 """The `vepo-trl` command line.
 
 vepo-trl demo                      train VEPO on a tiny model and synthetic data on the CPU (~35 s on 2 cores)
-vepo-trl demo --warm_start         the same from the lab's warm start (SFT'd tiny VLM): the reward rises
+vepo-trl demo --warm_start         the same from the lab's warm start (SFT'd tiny VLM): a model the reward can improve
 vepo-trl train --config R.yaml     train from a recipe (any key can be overridden: --selection_ratio 0.3)
 vepo-trl eval --model M            the paper's seven benchmarks, a Table-1 summary (alias: evaluate; --help)
 vepo-trl strategies                list the selection strategies and perturbations
@@ -23,6 +23,8 @@ import warnings
 from importlib import resources
 from pathlib import Path
 
+from .errors import UsageError, fail
+
 
 DEMO_RECIPE = "recipes/tiny.yaml"
 # `vepo-trl demo --warm_start`: the lab's SFT'd model and tasks, so the reward has something to improve
@@ -33,8 +35,24 @@ _USAGE = "usage: vepo-trl {command} [--config RECIPE.yaml] [--<option> VALUE ...
 
 def _fail(command: str, message: str):
     """A user error: one line on stderr, exit status 2 (argparse's convention)."""
-    print(f"vepo-trl {command}: error: {message}", file=sys.stderr)
-    sys.exit(2)
+    fail(f"vepo-trl {command}", message)
+
+
+def _read_recipe(command: str, path: str) -> None:
+    """A recipe that is valid YAML and a mapping of keys, else one line naming the line that is wrong."""
+    import yaml
+
+    try:
+        recipe = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        _fail(command, f"--config {path} is not valid YAML{where}: {problem}.")
+    except (OSError, UnicodeDecodeError) as error:
+        _fail(command, f"--config {path} cannot be read ({type(error).__name__}: {error}).")
+    if recipe is not None and not isinstance(recipe, dict):
+        _fail(command, f"--config {path} is not a mapping of recipe keys (key: value lines).")
 
 
 def _vepo_options() -> list[tuple[str, str, str]]:
@@ -66,8 +84,9 @@ def _print_short_help(command: str) -> None:
         )
         print("every option below overrides the recipe, e.g. --max_steps 10 --selection_strategy entropy.")
         print(
-            "--warm_start: start from the lab's warm start instead (a small Qwen2.5-VL SFT'd on counting and colour "
-            "tasks,\nbuilt on first use in about 1.5 minutes and cached; recipe lab.yaml), so the reward rises."
+            "--warm_start: start from the lab's warm start instead (a small Qwen2.5-VL SFT'd on the lab's colour "
+            "task,\nbuilt on first use in about 1.5 minutes and cached; recipe lab.yaml, output vepo-demo-warm/), so "
+            "the reward has something to improve."
         )
     else:
         print("\nTrain a vision-language model with VEPO. Options come from the recipe, then the command line.")
@@ -80,7 +99,9 @@ def _print_short_help(command: str) -> None:
         print(textwrap.fill(help_text, width=110, initial_indent="      ", subsequent_indent="      "))
     print(
         "\nCommon TRL options: --model_name_or_path, --output_dir, --max_steps, --learning_rate, --num_generations,\n"
-        "--per_device_train_batch_size, --max_completion_length, --logging_steps, --use_peft, --bf16, --use_vllm.\n"
+        "--per_device_train_batch_size, --max_completion_length, --logging_steps, --use_peft, --bf16, --use_vllm,\n"
+        "--save_strategy steps --save_steps N (checkpoints), --resume_from_checkpoint true|PATH (resume one; a rerun\n"
+        "with the same settings resumes the last checkpoint itself, and says so).\n"
         f"Every GRPOConfig, TrainingArguments and ModelConfig option: vepo-trl {command} --help-all"
     )
 
@@ -93,6 +114,7 @@ def _parse(command: str, argv: list[str]):
             _fail(command, "--config needs a recipe file (e.g. recipes/tiny/config_vepo.yaml).")
         if not Path(argv[index + 1]).is_file():
             _fail(command, f"--config {argv[index + 1]}: no such file.")
+        _read_recipe(command, argv[index + 1])
     if any(arg in ("-h", "--help") for arg in argv):
         _print_short_help(command)
         sys.exit(0)
@@ -102,6 +124,8 @@ def _parse(command: str, argv: list[str]):
     parser.prog = f"vepo-trl {command}"
     # argparse's own errors print the usage line first: TRL's is over a thousand flags long
     parser.format_usage = lambda: _USAGE.format(command=command)
+    # argparse's errors as one line too (it would print the usage line first)
+    parser.error = lambda message: _fail(command, message)
     if "--help-all" in argv:
         parser.print_help()
         sys.exit(0)
@@ -118,18 +142,39 @@ def _parse(command: str, argv: list[str]):
 
 def _run(command: str, args) -> object:
     from .run_summary import write_run_report
-    from .train import clear_previous_report, main
+    from .train import main
 
     script_args, training_args, model_args = args
-    output_dir = Path(training_args.output_dir)
-    removed = clear_previous_report(str(output_dir)) if output_dir.is_dir() else []
-    if removed:
-        print(f"{output_dir}/ holds an earlier run: its {' and '.join(removed)} are replaced by this run's.")
+    # transformers warns at every checkpoint about its own renamed attribute; nothing the user can act on
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     start = time.perf_counter()
-    trainer = main(script_args, training_args, model_args, quiet=True)
+    try:
+        # An earlier run's report in output_dir stays until this run writes its own (plan_run says so in a line)
+        trainer = main(script_args, training_args, model_args, quiet=True)
+    except KeyboardInterrupt:
+        _interrupted(command, training_args)
     if trainer.accelerator.is_main_process:
         print(write_run_report(trainer, time.perf_counter() - start, command))
     return trainer
+
+
+def _interrupted(command: str, training_args) -> None:
+    """Ctrl-C during a run: one line saying what is on disk and how to go on, exit status 130 (no traceback)."""
+    from .run_folder import last_checkpoint
+
+    output_dir = Path(training_args.output_dir)
+    checkpoint = last_checkpoint(output_dir)
+    strategy = training_args.save_strategy
+    if checkpoint:
+        saved = f"{checkpoint} is saved; rerun the same command to resume from it (it says so when it does)"
+    else:
+        saved = (
+            f"no checkpoint of this run was saved (save_strategy {getattr(strategy, 'value', strategy)}), and what an earlier "
+            f"run left in {output_dir} is unchanged; rerun to start again (--save_strategy steps --save_steps N saves "
+            "checkpoints to resume from)"
+        )
+    print(f"\nvepo-trl {command}: interrupted: {saved}.", file=sys.stderr)
+    sys.exit(130)
 
 
 def _train(argv: list[str]):
@@ -187,11 +232,9 @@ def _plot(argv: list[str]) -> None:
 
 
 def _lab(argv: list[str]) -> None:
-    import torch
-
     from .lab import main
 
-    torch.set_num_threads(1)
+    # Arguments are checked before torch loads; the lab sets one thread per run itself
     main(argv)
 
 
@@ -221,7 +264,24 @@ def main(argv: list[str] | None = None) -> None:
             print(f"\nUnknown command {argv[0]!r}. Commands: {', '.join(COMMANDS)}.", file=sys.stderr)
             sys.exit(2)
         return
-    COMMANDS[argv[0]](argv[1:])
+    command = argv[0]
+    try:
+        COMMANDS[command](argv[1:])
+    except UsageError as error:  # the one front door: every command's user errors end here as one line
+        fail(f"vepo-trl {'eval' if command == 'evaluate' else command}", error)
+    except KeyboardInterrupt:
+        print(
+            f"\nvepo-trl {command}: interrupted: {_INTERRUPTED.get(command, 'nothing was written')}.", file=sys.stderr
+        )
+        sys.exit(130)
+
+
+# What Ctrl-C leaves for the commands that do not say it themselves
+_INTERRUPTED = {
+    "eval": "the rows finished so far are kept in the output folder; rerun the same command to resume",
+    "evaluate": "the rows finished so far are kept in the output folder; rerun the same command to resume",
+    "lab": "finished runs (runs/<strategy>-seed<k>/result.json) are kept; rerun the same command to resume",
+}
 
 
 if __name__ == "__main__":

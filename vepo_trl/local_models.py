@@ -8,7 +8,14 @@ A folder of the same name in the working directory wins: the name then means tha
 
 from __future__ import annotations
 
+import functools
 import os
+import re
+import socket
+from pathlib import Path
+from urllib.parse import urlparse
+
+from .errors import UsageError
 
 
 # `model_name_or_path` that builds the tiny random Qwen2.5-VL locally (the CPU demo and tests)
@@ -17,8 +24,70 @@ TINY_MODEL = "tiny-qwen2.5-vl"
 LAB_MODEL = "lab-warm-start"
 
 
+# A Hub repo id: "name" or "owner/name", letters, digits, "-", "_", "."
+_HUB_ID = re.compile(r"^(?:[\w.-]+/)?[\w.-]+$")
+_TRUE = ("1", "true", "yes", "on")
+
+
+@functools.lru_cache(maxsize=1)
+def hub_unreachable() -> str | None:
+    """Why the Hugging Face Hub cannot be used from here (offline mode set, no network), or None when it can.
+
+    One TCP connect with a 3 s timeout instead of the Hub clients' retries (26-51 s offline before their traceback).
+    """
+    for variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(variable, "").strip().lower() in _TRUE:
+            return f"{variable} is set"
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    parsed = urlparse(endpoint)
+    host, port = parsed.hostname or "huggingface.co", parsed.port or (80 if parsed.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+    except OSError:
+        return f"the Hub ({host}) cannot be reached from this machine"
+    return None
+
+
+def _in_hub_cache(repo_id: str, filename: str, repo_type: str = "model") -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, filename, repo_type=repo_type), str)
+    except ValueError:  # not a valid repo id
+        return False
+
+
+def check_model_name(name: str | None, what: str = "model_name_or_path") -> None:
+    """Fail fast, with a `UsageError` naming the fix, on a model that cannot load: a missing local folder, a folder
+    without `config.json`, or a Hub id that is neither in the local cache nor downloadable (offline)."""
+    if not name:
+        raise UsageError(f"{what} is not set: give a Hub id, a local model folder or {TINY_MODEL}.")
+    if name in (TINY_MODEL, LAB_MODEL):
+        return
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
+            raise UsageError(f"{what} {name!r} is a folder without config.json: not a saved model.")
+        return
+    looks_local = name.startswith(("/", "./", "../", "~", ".\\")) or path.exists() or not _HUB_ID.match(name)
+    if looks_local:
+        raise UsageError(
+            f"{what} {name!r}: no such model folder. Give a local folder saved with save_pretrained, a Hub id such "
+            f"as Qwen/Qwen2.5-VL-3B-Instruct, or {TINY_MODEL} (the tiny offline model)."
+        )
+    if _in_hub_cache(name, "config.json"):
+        return
+    reason = hub_unreachable()
+    if reason:
+        raise UsageError(
+            f"{what} {name!r} is not in the local Hugging Face cache and {reason}: download it where there is a "
+            f"network (`hf download {name}`) and copy the cache or the folder here, or give a local model folder."
+        )
+
+
 def resolve_model_name(name: str) -> str:
-    """The local path a built-in name stands for (building the model on first use); any other name passes as is."""
+    """The local path a built-in name stands for (building the model on first use); any other name is checked
+    (`check_model_name`: a `UsageError` for a missing folder or an unreachable Hub id) and passes as is."""
     if name == TINY_MODEL and not os.path.isdir(name):
         from accelerate import PartialState
 
@@ -31,4 +100,5 @@ def resolve_model_name(name: str) -> str:
         from .lab.warm_start import warm_start_path
 
         return str(warm_start_path())  # built on first use (minutes), then cached; rank 0 builds
+    check_model_name(name, "model")
     return name

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 from .perturb import RELEASE_NUM_GENERATIONS, annealed_noise_step
+from .run_folder import write_text_atomically
 from .scoring import get_strategy
 
 
@@ -92,11 +93,10 @@ def _number(value: float | None, digits: int = 4) -> str:
 
 
 def write_metrics(trainer) -> Path:
-    """Every entry of the trainer's log history as one JSON line in `output_dir/metrics.jsonl`."""
+    """Every entry of the trainer's log history as one JSON line in `output_dir/metrics.jsonl` (written whole to a
+    temporary file, then renamed over an earlier run's: that one stays until this one exists)."""
     path = Path(trainer.args.output_dir) / "metrics.jsonl"
-    with open(path, "w") as f:
-        for entry in trainer.state.log_history:
-            f.write(json.dumps(entry) + "\n")
+    write_text_atomically(path, "".join(json.dumps(entry) + "\n" for entry in trainer.state.log_history))
     return path
 
 
@@ -196,5 +196,5 @@ def write_run_report(trainer, seconds: float, command: str = "demo") -> str:
     """Write `metrics.jsonl` and `summary.md` next to the saved model; return the summary."""
     write_metrics(trainer)
     summary = run_summary(trainer, seconds, command)
-    (Path(trainer.args.output_dir) / "summary.md").write_text(summary)
+    write_text_atomically(Path(trainer.args.output_dir) / "summary.md", summary)
     return summary

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,14 +19,20 @@ import datasets
 import transformers
 from accelerate import PartialState
 from transformers import AutoModelForImageTextToText, AutoProcessor, ProgressCallback, set_seed
-from transformers.trainer_utils import get_last_checkpoint
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config, get_quantization_config
 
 from vepo_trl.config import VEPOConfig
 from vepo_trl.data import load_vepo_dataset, synthetic_training_dataset
-from vepo_trl.local_models import LAB_MODEL, TINY_MODEL, resolve_model_name
+from vepo_trl.errors import UsageError
+from vepo_trl.local_models import (  # noqa: F401  (TINY_MODEL, LAB_MODEL: re-exported, the names recipes use)
+    LAB_MODEL,
+    TINY_MODEL,
+    check_model_name,
+    hub_unreachable,
+    resolve_model_name,
+)
 from vepo_trl.rewards import get_reward_funcs
-from vepo_trl.run_summary import REPORT_FILES
+from vepo_trl.run_folder import discard_set_aside, plan_run, run_settings, set_aside, write_record
 from vepo_trl.trainer import VEPOTrainer
 
 
@@ -74,38 +79,86 @@ class VEPOScriptArguments(ScriptArguments):
     freeze_vision_tower: bool = field(
         default=True, metadata={"help": "Freeze the vision encoder and its merger, as in the paper."}
     )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Start fresh in an output_dir that holds an earlier run (another run's settings, or checkpoints "
+            "that would otherwise be resumed); its files are replaced when this run finishes, not before."
+        },
+    )
 
 
-# A Hub repo id: "name" or "owner/name", letters, digits, "-", "_", "."
-_HUB_ID = re.compile(r"^(?:[\w.-]+/)?[\w.-]+$")
+def check_output_dir(output_dir: str | None) -> None:
+    """An output folder that can be written: not empty, not a file, in a writable place."""
+    if output_dir is None or not str(output_dir).strip():
+        raise UsageError("output_dir is empty: give the folder the model and its report go to (--output_dir run1).")
+    path = Path(output_dir).expanduser()
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"output_dir {output_dir}: a file of that name exists; give a folder.")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"output_dir {output_dir}: {existing} is a file, so no folder can be made under it.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"output_dir {output_dir}: {existing} is not writable; choose a folder you can write to.")
 
 
-class UsageError(ValueError):
-    """A mistake in the run's arguments, found before any model or data loads (the CLI prints it in one line)."""
-
-
-def check_model_name(name: str | None) -> None:
-    """Fail early on a model that cannot exist: a missing local folder, a folder without `config.json`."""
-    if not name:
-        raise UsageError("model_name_or_path is not set: give a Hub id, a local model folder or tiny-qwen2.5-vl.")
-    if name in (TINY_MODEL, LAB_MODEL):
-        return
-    path = Path(name).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise UsageError(f"model_name_or_path {name!r} is a folder without config.json: not a saved model.")
-        return
-    looks_local = name.startswith(("/", "./", "../", "~", ".\\")) or path.exists() or not _HUB_ID.match(name)
-    if looks_local:
+def _check_values(script_args, training_args) -> None:
+    """Values that pass the type checks but would fail deep inside a run, or make it do nothing."""
+    if not training_args.temperature > 0:
         raise UsageError(
-            f"model_name_or_path {name!r}: no such model folder. Give a local folder saved with save_pretrained, a "
-            "Hub id such as Qwen/Qwen2.5-VL-3B-Instruct, or tiny-qwen2.5-vl (the tiny offline model)."
+            f"temperature must be above 0, got {training_args.temperature:g}: GRPO samples its completions at it "
+            "(the paper uses 1.0; a lower value such as 0.3 samples closer to greedy)."
+        )
+    if not training_args.learning_rate > 0:
+        raise UsageError(f"learning_rate must be above 0, got {training_args.learning_rate:g} (the paper: 1e-6).")
+    uses_generated = {script_args.dataset_name, script_args.eval_dataset_name} & {SYNTHETIC_DATASET, LAB_DATASET}
+    if uses_generated and script_args.synthetic_rows < 1:
+        raise UsageError(f"synthetic_rows must be at least 1, got {script_args.synthetic_rows}.")
+    for name in ("max_train_samples", "max_eval_samples"):
+        value = getattr(script_args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"{name} must be at least 1 (or unset for every row), got {value}.")
+    if script_args.min_pixels < 1 or script_args.max_pixels < script_args.min_pixels:
+        raise UsageError(
+            f"need 0 < min_pixels <= max_pixels, got min_pixels {script_args.min_pixels} and max_pixels "
+            f"{script_args.max_pixels}."
         )
 
 
+def _check_hub_dataset(field_name: str, name: str) -> None:
+    """A Hub data set that is neither cached nor downloadable (offline): one line now, not a minute of retries."""
+    from vepo_trl.data.loaders import _NAME_ALIASES, HUB_DATASETS, PAPER_MIX, PAPER_MIX_NAME
+
+    key = name.strip().lower()
+    if Path(name).expanduser().exists():
+        return
+    names = [part for part, _ in PAPER_MIX] if key == PAPER_MIX_NAME else [_NAME_ALIASES[key]]
+    missing = [HUB_DATASETS[n].repo_id for n in names if not _hub_dataset_cached(HUB_DATASETS[n].repo_id)]
+    reason = hub_unreachable() if missing else None
+    if reason:
+        raise UsageError(
+            f"{field_name} {name!r} needs {', '.join(missing)} from the Hub, which is not in the local cache, and "
+            f"{reason}: download it where there is a network (`hf download --repo-type dataset {missing[0]}`) and "
+            "copy the cache here, or give a local .jsonl/.parquet file or folder."
+        )
+
+
+def _hub_dataset_cached(repo_id: str) -> bool:
+    import datasets.config
+    from huggingface_hub import constants
+
+    hub = Path(constants.HF_HUB_CACHE) / f"datasets--{repo_id.replace('/', '--')}"
+    prepared = Path(datasets.config.HF_DATASETS_CACHE) / repo_id.replace("/", "___")
+    return hub.is_dir() or prepared.is_dir()
+
+
 def check_arguments(script_args, training_args, model_args) -> None:
-    """Everything that can be checked without loading anything: model, rewards, data names. Raises `UsageError`."""
-    check_model_name(model_args.model_name_or_path)
+    """Everything that can be checked without loading anything: model, rewards, data names and values, the output
+    folder, the Hub when a name needs it. Raises `UsageError`."""
+    check_output_dir(training_args.output_dir)
+    _check_values(script_args, training_args)
     try:
         get_reward_funcs(script_args.reward_funcs)
     except ValueError as error:
@@ -120,9 +173,13 @@ def check_arguments(script_args, training_args, model_args) -> None:
         name = getattr(script_args, field_name)
         if name is None or (field_name == "eval_dataset_name" and not name):
             continue
-        if name in (SYNTHETIC_DATASET, LAB_DATASET) or is_known_dataset(name):
+        if name in (SYNTHETIC_DATASET, LAB_DATASET):
             continue
-        raise UsageError(f"{field_name} {name!r}: {dataset_name_problem(name)}")
+        if not is_known_dataset(name):
+            raise UsageError(f"{field_name} {name!r}: {dataset_name_problem(name)}")
+        _check_hub_dataset(field_name, name)
+    # Last: the one check that may touch the network (a Hub id not in the cache)
+    check_model_name(model_args.model_name_or_path)
 
 
 def is_known_dataset(name: str) -> bool:
@@ -145,17 +202,6 @@ class QuietProgressCallback(ProgressCallback):
         pass
 
 
-def clear_previous_report(output_dir: str) -> list[str]:
-    """Remove an earlier run's report files from `output_dir`; returns the names removed."""
-    removed = []
-    for name in REPORT_FILES:
-        path = Path(output_dir) / name
-        if path.is_file():
-            path.unlink()
-            removed.append(name)
-    return removed
-
-
 def load_dataset_split(name: str, split: str, script_args: VEPOScriptArguments, seed: int, limit: int | None):
     if name == SYNTHETIC_DATASET:
         # Distinct seeds per split, so evaluation rows are not training rows
@@ -171,18 +217,34 @@ def load_dataset_split(name: str, split: str, script_args: VEPOScriptArguments, 
             script_args.synthetic_rows, seed=seed + offset, image_size=WarmStartConfig().image_size
         ).remove_columns("kind")
     else:
-        dataset = load_vepo_dataset(
-            name,
-            split,
-            min_pixels=script_args.min_pixels,
-            max_pixels=script_args.max_pixels,
-            strict=script_args.strict_data,
-            seed=seed,
-        )
+        from vepo_trl.data.loaders import UnusableRowsError
+
+        what = "dataset_name" if split == script_args.dataset_train_split else "eval_dataset_name"
+        # A local file loads in seconds: its progress bars would only push an error line away from the prompt
+        bars = Path(name).expanduser().exists() and datasets.utils.are_progress_bars_disabled() is False
+        if bars:
+            datasets.disable_progress_bars()
+        try:
+            dataset = load_vepo_dataset(
+                name,
+                split,
+                min_pixels=script_args.min_pixels,
+                max_pixels=script_args.max_pixels,
+                strict=script_args.strict_data,
+                seed=seed,
+            )
+        except UnusableRowsError as error:
+            hint = "--strict_data false drops such rows instead" if error.strict else "no usable row is left"
+            raise UsageError(f"{what} {error.describe(hint)}") from None
+        except ValueError as error:  # a file that is empty, not JSON, not parquet, without the needed columns
+            raise UsageError(f"{what} {name}: {error}") from None
+        finally:
+            if bars:
+                datasets.enable_progress_bars()
     if limit is not None:
         dataset = dataset.select(range(min(limit, len(dataset))))
     if len(dataset) == 0:
-        raise ValueError(f"The {split!r} split of {name!r} has no usable rows; see the log for what was dropped.")
+        raise UsageError(f"The {split!r} split of {name!r} has no usable rows; see the log for what was dropped.")
     return dataset
 
 
@@ -232,7 +294,18 @@ def main(
     transformers.utils.logging.set_verbosity(log_level)
     set_seed(training_args.seed)
 
-    model_id = resolve_model_name(model_args.model_name_or_path)
+    output_dir = Path(training_args.output_dir)
+    settings = run_settings(script_args, training_args, model_args)
+    plan = plan_run(
+        str(output_dir),
+        settings,
+        resume=training_args.resume_from_checkpoint,
+        overwrite=script_args.overwrite_output_dir,
+    )
+    if plan.message and training_args.process_index == 0:
+        print(plan.message)
+
+    # The data before the model: a bad file is reported before minutes of model loading
     train_dataset = load_dataset_split(
         script_args.dataset_name,
         script_args.dataset_train_split,
@@ -250,6 +323,7 @@ def main(
             script_args.max_eval_samples,
         )
 
+    model_id = resolve_model_name(model_args.model_name_or_path)
     model = load_model(model_id, model_args, training_args, script_args.freeze_vision_tower)
     processor = AutoProcessor.from_pretrained(
         model_id, revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code
@@ -267,17 +341,19 @@ def main(
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(QuietProgressCallback)
 
-    checkpoint = training_args.resume_from_checkpoint
-    if checkpoint is None and os.path.isdir(training_args.output_dir):
-        checkpoint = get_last_checkpoint(training_args.output_dir)
-    if checkpoint is not None:
-        logger.info("Resuming from %s", checkpoint)
-    result = trainer.train(resume_from_checkpoint=checkpoint)
+    if trainer.accelerator.is_main_process:
+        # Out of the new run's way, not deleted: the earlier run's checkpoints stay until this one has finished
+        set_aside(output_dir, plan.set_aside)
+        write_record(output_dir, settings)
+    trainer.accelerator.wait_for_everyone()
+    result = trainer.train(resume_from_checkpoint=plan.checkpoint)
     if not quiet:
         trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
     trainer.save_state()
     trainer.save_model(training_args.output_dir)
+    if trainer.accelerator.is_main_process:
+        discard_set_aside(output_dir)
 
     card_kwargs = {"dataset_name": script_args.dataset_name, "tags": ["vepo", "grpo", "vision-language"]}
     if trainer.accelerator.is_main_process:

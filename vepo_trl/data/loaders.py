@@ -75,6 +75,7 @@ PIXEL_BOUNDS = "image cannot be resized into the pixel bounds"
 PLACEHOLDER_MISMATCH = "image placeholder count differs from image count"
 
 _DROP_COLUMN = "_vepo_drop_reason"
+_DETAIL_COLUMN = "_vepo_drop_detail"  # the reason with its detail (which file, which error), for the messages
 _LOCAL_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 _METADATA_FILES = ("metadata.jsonl", "metadata.csv", "metadata.parquet")
 _WRITER_BATCH_SIZE = 64  # rows hold up to a few MB of encoded images each
@@ -135,6 +136,24 @@ class UnusableRowError(ValueError):
     def __init__(self, reason: str, detail: str = ""):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+
+
+class UnusableRowsError(ValueError):
+    """A data set whose rows cannot be used: the first unusable row in strict mode, or every row unusable.
+
+    `where` names the file (or `source/split`), `row` the first unusable row's index, `problem` what is wrong with it
+    (reason and detail), `unusable` / `total` the counts. The message ends with a hint for the Python API; the CLI
+    words its own with `describe()`."""
+
+    def __init__(self, where: str, row: int, problem: str, unusable: int, total: int, strict: bool):
+        self.where, self.row, self.problem, self.unusable, self.total, self.strict = (
+            where, row, problem, unusable, total, strict
+        )  # fmt: skip
+        hint = "pass strict=False to drop them" if strict else "no usable row is left"
+        super().__init__(self.describe(hint))
+
+    def describe(self, hint: str) -> str:
+        return f"{self.where} row {self.row}: {self.problem} ({self.unusable} of {self.total} rows unusable; {hint})"
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -227,7 +246,12 @@ def prepare_image(
     except UnusableRowError:
         raise
     except Exception as err:  # Pillow signals bad data with many exception types (OSError, ValueError, SyntaxError...)
-        raise UnusableRowError(UNREADABLE_IMAGE, f"{type(err).__name__}: {err}") from err
+        # Name the file (Pillow only sees the bytes read from it), not the in-memory buffer Pillow names
+        where = f"{image}: " if isinstance(image, str) and not image.startswith("data:") else ""
+        message = re.sub(r" ?<_io\.BytesIO object at 0x[0-9a-fA-F]+>", "", str(err))
+        if isinstance(err, FileNotFoundError):
+            where, message = "", f"no such file {err.filename}"
+        raise UnusableRowError(UNREADABLE_IMAGE, f"{where}{type(err).__name__}: {message}") from err
     width, height = image.size
     if min(width, height) < MIN_IMAGE_SIDE:
         raise UnusableRowError(IMAGE_TOO_SMALL, f"{width}x{height}")
@@ -451,10 +475,12 @@ def _convert_row(
     except UnusableRowError as err:
         row = {"prompt": [], "images": [], "answer": ""}
         reason = err.reason
+        row[_DETAIL_COLUMN] = " ".join(str(err).split())
     row_id = example.get(columns.id) if columns.id else None
     row["source"] = source
     row["id"] = f"{source}/{split}/{index if row_id is None or row_id == '' else row_id}"
     row[_DROP_COLUMN] = reason
+    row.setdefault(_DETAIL_COLUMN, "")
     return row
 
 
@@ -479,14 +505,17 @@ def convert_dataset(
     strict: bool = False,
     num_proc: int | None = None,
     base_dir: str | os.PathLike | None = None,
+    origin: str | None = None,
 ) -> datasets.Dataset:
     """Convert an already loaded data set (any of the accepted column names) to the output format.
 
-    Unusable rows are dropped and counted per reason in the log; with `strict=True` the first one raises a
-    `ValueError` naming its row index (in `dataset`) and the reason.
+    Unusable rows are dropped and counted per reason in the log; with `strict=True` the first one raises an
+    `UnusableRowsError` (a `ValueError`) naming its row index (in `dataset`) and the problem, and so does a data set
+    whose every row is unusable. `origin` (the file read) names the data in those messages instead of `source/split`.
     """
     _check_pixel_bounds(min_pixels, max_pixels, image_factor)
-    columns = _resolve_columns(dataset.column_names, f"{source}/{split}")
+    where = origin or f"{source}/{split}"
+    columns = _resolve_columns(dataset.column_names, where)
     # Other columns are not needed, and reading them could decode images that are never used.
     dataset = dataset.select_columns(
         [name for name in (columns.problem, columns.answer, columns.image, columns.id) if name]
@@ -508,7 +537,9 @@ def convert_dataset(
             "image_factor": image_factor,
         },
         remove_columns=dataset.column_names,
-        features=datasets.Features({**OUTPUT_FEATURES, _DROP_COLUMN: datasets.Value("string")}),
+        features=datasets.Features(
+            {**OUTPUT_FEATURES, _DROP_COLUMN: datasets.Value("string"), _DETAIL_COLUMN: datasets.Value("string")}
+        ),
         num_proc=num_proc,
         writer_batch_size=_WRITER_BATCH_SIZE,
         desc=f"Converting {source}/{split}",
@@ -517,27 +548,26 @@ def convert_dataset(
     dropped = Counter(reason for reason in reasons if reason)
     if dropped:
         first = next(index for index, reason in enumerate(reasons) if reason)
-        if strict:
-            raise ValueError(
-                f"{source}/{split} row {first}: {reasons[first]} "
-                f"({sum(dropped.values())} unusable row(s) in total; pass strict=False to drop them)"
-            )
+        unusable = sum(dropped.values())
+        if strict or unusable == total:
+            problem = converted[first][_DETAIL_COLUMN] or reasons[first]
+            raise UnusableRowsError(where, first, problem, unusable, total, strict)
         details = ", ".join(f"{count} {reason}" for reason, count in dropped.most_common())
         logger.warning(
-            "dropped %d of %d rows from %s/%s: %s (first at row %d)",
-            sum(dropped.values()),
+            "dropped %d of %d rows from %s: %s (first at row %d: %s)",
+            unusable,
             total,
-            source,
-            split,
+            where,
             details,
             first,
+            converted[first][_DETAIL_COLUMN],
         )
         converted = converted.filter(
             _is_usable, input_columns=[_DROP_COLUMN], num_proc=num_proc, writer_batch_size=_WRITER_BATCH_SIZE
         )
     else:
         logger.info("converted %d rows from %s/%s", total, source, split)
-    return converted.remove_columns(_DROP_COLUMN)
+    return converted.remove_columns([_DROP_COLUMN, _DETAIL_COLUMN])
 
 
 def _check_pixel_bounds(min_pixels: int, max_pixels: int, image_factor: int) -> None:
@@ -615,6 +645,10 @@ def _load_local_file(path: Path, split: str, load_kwargs: dict[str, Any]) -> dat
         raise ValueError(f"unsupported file type {path.suffix!r} for {path}; accepted: {sorted(_LOCAL_FILE_BUILDERS)}")
     # `data_files` are glob patterns: a literal "[1]" in a folder name would otherwise match nothing
     pattern = glob.escape(str(path))
+    # `datasets` logs a bad file at ERROR level before raising; the error raised below says it in one line
+    datasets_logger = logging.getLogger("datasets")
+    level = datasets_logger.level
+    datasets_logger.setLevel(logging.CRITICAL)
     try:
         dataset = datasets.load_dataset(builder, data_files={split: pattern}, split=split, **load_kwargs)
     except Exception as err:  # StopIteration for an empty JSONL, DatasetGenerationError for a bad line, ...
@@ -622,6 +656,8 @@ def _load_local_file(path: Path, split: str, load_kwargs: dict[str, Any]) -> dat
         if problem is None:
             raise
         raise ValueError(f"cannot read {path}: {problem}") from err
+    finally:
+        datasets_logger.setLevel(level)
     if len(dataset) == 0:
         raise ValueError(f"cannot read {path}: {_file_problem(path, builder) or 'the file has no rows'}")
     return dataset
@@ -702,7 +738,9 @@ def load_vepo_dataset(
         raw = _load_local(path, split, load_kwargs)
         source = path.stem if path.is_file() else path.resolve().name
         base_dir = path.parent if path.is_file() else path
-        return convert_dataset(raw, source=source, split=split, base_dir=base_dir.resolve(), **options)
+        return convert_dataset(
+            raw, source=source, split=split, base_dir=base_dir.resolve(), origin=name_or_path, **options
+        )
     looks_like_path = os.sep in name_or_path or Path(name_or_path).suffix.lower() in _LOCAL_FILE_BUILDERS
     problem = "no such file or directory" if looks_like_path else "unknown data set"
     raise ValueError(f"{problem}: {name_or_path!r}; accepted: {_accepted_names()}")
@@ -720,6 +758,7 @@ __all__ = [
     "SYSTEM_PROMPT",
     "HubDataset",
     "UnusableRowError",
+    "UnusableRowsError",
     "build_user_content",
     "convert_dataset",
     "load_vepo_dataset",

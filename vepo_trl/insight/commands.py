@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..local_models import TINY_MODEL
+from ..errors import UsageError, fail  # noqa: F401  (the commands' one-line errors, re-exported)
+from ..local_models import TINY_MODEL, check_model_name
 
 
 # The name `vepo_trl.train` gives the synthetic data (not imported from there: that module loads TRL's trainers,
 # seconds before a bad argument could be reported)
 SYNTHETIC_DATASET = "synthetic"
+# Rows of `synthetic` a training run generates unless its recipe says otherwise (`synthetic_rows`'s default)
+SYNTHETIC_ROWS = 256
 
 
 class _Parser(argparse.ArgumentParser):
@@ -27,16 +29,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         fail(self.prog, message)
-
-
-class UsageError(ValueError):
-    """Bad input found after parsing (a file that is not there, a value out of range)."""
-
-
-def fail(prog: str, message: str) -> NoReturn:
-    message = " ".join(str(message).split())
-    print(f"{prog}: error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -127,6 +119,7 @@ def _check_model(name: str | None) -> str:
         return name
     if path.exists() or name.startswith((".", "/", "~")) or name.count("/") != 1:
         raise UsageError(f"--model: no such model folder: {name} (nor is it a Hub id of the form org/name)")
+    check_model_name(name, "--model")  # a Hub id offline and not cached: one line now, not a minute of retries
     return name
 
 

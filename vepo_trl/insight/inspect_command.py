@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 from .commands import (
+    SYNTHETIC_DATASET,
+    SYNTHETIC_ROWS,
     UsageError,
     _add_generation_args,
     _add_model_args,
@@ -40,7 +42,7 @@ Sources (one of):
 Examples:
   vepo-trl inspect --model tiny-qwen2.5-vl --dataset synthetic --index 3 --output page.html
   vepo-trl inspect --model Qwen/Qwen2.5-VL-7B-Instruct --image fig.png --question "Find x." --num_generations 8
-  vepo-trl inspect --records vepo-demo/selection_records.jsonl --output run.html
+  vepo-trl demo --selection_samples_steps 5 && vepo-trl inspect --records vepo-demo/selection_samples.jsonl
 """
 
 
@@ -164,6 +166,14 @@ def inspect_main(argv: list[str]) -> None:
             messages, answer, label = build_messages(args.question, 1), args.answer, args.image
         else:
             index = args.index or 0
+            if args.dataset == SYNTHETIC_DATASET:
+                # Synthetic rows are generated in order: checking first keeps --index 100000 from generating 100,001
+                rows = recipe.get("synthetic_rows", SYNTHETIC_ROWS)
+                if index >= rows:
+                    raise UsageError(
+                        f"--index {index} is out of range: synthetic has {rows} rows (a run's synthetic_rows"
+                        f"{', from --config' if 'synthetic_rows' in recipe else ''}), so --index goes up to {rows - 1}"
+                    )
             dataset = _load_rows(args.dataset, args.split, index + 1, _dataset_bounds(args, bounds))
             if index >= len(dataset):
                 raise UsageError(f"--index {index} is out of range: {args.dataset} has {len(dataset)} rows")

@@ -10,11 +10,21 @@ from __future__ import annotations
 import html
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .records import SelectionRecord, image_to_data_uri
+
+
+# Control characters (NUL, ESC, ...) a tokenizer can emit: raw in the page they are invalid HTML and invisible
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _escape(text: str, quote: bool = True) -> str:
+    """HTML-escaped text with control characters written out as visible backslash-x escapes (NUL as \\x00)."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match[0]):02x}", html.escape(text, quote=quote))
 
 
 __all__ = ["SELECTION_CLASSES", "render_page", "signal_plot_svg", "write_page"]
@@ -102,10 +112,10 @@ def signal_plot_svg(record: SelectionRecord, *, width: int = 900, panel_height: 
             f'<rect x="{left}" y="{top}" width="{plot_width}" height="{panel_height}" fill="#fafafa" stroke="#ddd"/>'
         )
         parts.append(
-            f'<text x="{left - 6}" y="{top + 11}" text-anchor="end" class="axis">{html.escape(f"{vmax:.3g}")}</text>'
-            f'<text x="{left - 6}" y="{top + panel_height}" text-anchor="end" class="axis">{html.escape(f"{vmin:.3g}")}</text>'
+            f'<text x="{left - 6}" y="{top + 11}" text-anchor="end" class="axis">{_escape(f"{vmax:.3g}")}</text>'
+            f'<text x="{left - 6}" y="{top + panel_height}" text-anchor="end" class="axis">{_escape(f"{vmin:.3g}")}</text>'
             f'<text x="{left - 6}" y="{top + panel_height / 2 + 4}" text-anchor="end" class="label">'
-            f"{html.escape(_PANEL_LABELS[name])}</text>"
+            f"{_escape(_PANEL_LABELS[name])}</text>"
         )
         points = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(values) if v is not None)
         parts.append(
@@ -239,7 +249,7 @@ def _token_spans(record: SelectionRecord, run_label: str, special_ids: set[int])
         data = " ".join(f'data-{key}="{_fmt(value)}"' for key, value in values.items())
         spans.append(
             f'<span class="{" ".join(classes)}" data-i="{i}" data-id="{record.token_ids[i]}" {data} '
-            f'data-label="{html.escape(label)}" title="{html.escape(title)}">{html.escape(piece)}</span>'
+            f'data-label="{_escape(label)}" title="{_escape(title)}">{_escape(piece)}</span>'
         )
     return "".join(spans)
 
@@ -280,7 +290,7 @@ def _meta_line(record: SelectionRecord, index: int, run_label: str) -> str:
     if isinstance(extra, Mapping):
         bits.append(
             " ".join(
-                f"{html.escape(str(k))} {v:.3g}" if isinstance(v, float) else f"{html.escape(str(k))} {v}"
+                f"{_escape(str(k))} {v:.3g}" if isinstance(v, float) else f"{_escape(str(k))} {v}"
                 for k, v in extra.items()
             )
         )
@@ -303,7 +313,7 @@ def _settings_rows(records: Sequence[SelectionRecord], settings: Mapping[str, An
         rows["steps"] = ", ".join(str(s) for s in steps[:20]) + (" ..." if len(steps) > 20 else "")
     rows["completions"] = len(records)
     return "".join(
-        f'<span><span class="key">{html.escape(str(key))}</span>{html.escape(str(value))}</span>'
+        f'<span><span class="key">{_escape(str(key))}</span>{_escape(str(value))}</span>'
         for key, value in rows.items()
     )
 
@@ -332,8 +342,8 @@ def _summary_table(records: Sequence[SelectionRecord], run_label: str) -> str:
             ("top-k JSD missed by top-k entropy", f"{totals['jsd_missed_by_entropy'] / totals['jsd_top_k']:.1%}"),
             (f"top-k JSD missed by {run_label}", f"{totals['jsd_missed_by_run'] / totals['jsd_top_k']:.1%}"),
         ]
-    head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in cells)
-    body = "".join(f"<td>{html.escape(str(value))}</td>" for _, value in cells)
+    head = "".join(f"<th>{_escape(name)}</th>" for name, _ in cells)
+    body = "".join(f"<td>{_escape(str(value))}</td>" for _, value in cells)
     return f'<table class="summary" id="summary"><tr>{head}</tr><tr>{body}</tr></table>'
 
 
@@ -359,14 +369,14 @@ def render_page(
         label = label.format(run=run_label)
         legend_items.append(
             f'<span class="legend-item" data-class="{cls}"><span class="swatch" style="background:{colour}"></span>'
-            f"{html.escape(label)}</span>"
+            f"{_escape(label)}</span>"
         )
     legend_items.append(
         '<span class="legend-item" data-class="topjsd"><span class="swatch jsdmark"></span>top-k JSD (dotted)</span>'
     )
     legend_items.append(
         '<span class="legend-note">plot: filled dot = selected by '
-        f"{html.escape(run_label)}, orange ring = top-k entropy only</span>"
+        f"{_escape(run_label)}, orange ring = top-k entropy only</span>"
     )
     legend = f'<div class="legend" id="legend"><b>k = {k:g}</b>{"".join(legend_items)}</div>'
 
@@ -388,12 +398,12 @@ def render_page(
             )
         sections.append(
             f'<section class="group"><h2>{heading}</h2><div class="prompt">{image_html}'
-            f'<div class="question">{html.escape(prompt)}</div></div>{"".join(completions)}</section>'
+            f'<div class="question">{_escape(prompt)}</div></div>{"".join(completions)}</section>'
         )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{html.escape(title)}</title>'
-        f"<style>{_STYLE}</style></head><body><main><h1>{html.escape(title)}</h1>"
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{_escape(title)}</title>'
+        f"<style>{_STYLE}</style></head><body><main><h1>{_escape(title)}</h1>"
         '<p class="sub">Each completion token is coloured by whether the run\'s selection, top-k entropy, both or '
         "neither keep it for the policy gradient. Hover a token for its signals (nats).</p>"
         f'<div class="settings" id="settings">{_settings_rows(records, settings)}</div>{legend}'

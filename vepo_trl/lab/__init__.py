@@ -11,7 +11,8 @@ writes the tables and the plot.
 from __future__ import annotations
 
 import argparse
-import sys
+
+from ..errors import UsageError, fail
 
 
 def _list(text: str) -> list[str]:
@@ -55,13 +56,55 @@ def make_parser() -> argparse.ArgumentParser:
         help="Only build (or find) the cached warm start and print its path and held-out accuracy.",
     )
     parser.add_argument("--jobs", type=int, default=1, help="Runs in parallel, one thread each (default: 1).")
+    parser.add_argument(
+        "--overwrite_output_dir",
+        action="store_true",
+        help="Start fresh in an output_dir whose lab used other settings (steps, learning rate, ...): its runs "
+        "are recomputed instead of reused. Without it such a folder is refused.",
+    )
     return parser
 
 
-def main(argv: list[str] | None = None):
-    from .run import QUICK, LabSettings, run_lab
+def _seeds(text: str) -> tuple[int, ...]:
+    parts = _list(text)
+    if not parts:
+        raise UsageError(f"--seeds {text!r}: give at least one seed, e.g. --seeds 0,1,2.")
+    try:
+        seeds = tuple(int(part) for part in parts)
+    except ValueError:
+        raise UsageError(f"--seeds {text!r}: seeds are whole numbers, e.g. --seeds 0,1,2.") from None
+    repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+    if repeated:
+        raise UsageError(f"--seeds {text!r} repeats {repeated}: a repeated seed is the same run, not another sample.")
+    return seeds
 
-    args = make_parser().parse_args(argv)
+
+def check_args(args: argparse.Namespace) -> None:
+    """Values argparse accepts but a lab cannot use, before anything loads. Raises `UsageError`."""
+    for name in ("steps", "eval_rows", "jobs"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name} must be at least 1, got {value}.")
+    for name in ("max_minutes", "learning_rate"):
+        value = getattr(args, name)
+        if value is not None and not value > 0:
+            raise UsageError(f"--{name} must be above 0, got {value:g}.")
+    if args.strategies is not None and not _list(args.strategies):
+        raise UsageError(f"--strategies {args.strategies!r}: give at least one strategy, e.g. --strategies full,vepo.")
+    if not str(args.output_dir).strip():
+        raise UsageError("--output_dir is empty: give the folder the lab's tables and runs go to.")
+
+
+def main(argv: list[str] | None = None):
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    try:
+        check_args(args)
+        seeds = _seeds(args.seeds) if args.seeds is not None else None
+    except UsageError as error:
+        fail(parser.prog, error)
+    from .run import QUICK, LabSettings, run_lab  # torch and the trainer: only once the arguments are known good
+
     settings = LabSettings(**(QUICK if args.quick else {}))
     if args.build_warm_start:
         import json
@@ -81,16 +124,12 @@ def main(argv: list[str] | None = None):
         names = _list(args.strategies)
         unknown = [n for n in names if n not in SELECTION_STRATEGIES]
         if unknown:
-            print(
-                f"vepo-trl lab: error: unknown strategies {unknown}; choose from {sorted(SELECTION_STRATEGIES)}",
-                file=sys.stderr,
-            )
-            sys.exit(2)
-        settings.strategies = tuple(names)
-    if args.seeds:
-        settings.seeds = tuple(int(s) for s in _list(args.seeds))
+            fail(parser.prog, f"unknown strategies {unknown}; choose from {sorted(SELECTION_STRATEGIES)}")
+        settings.strategies = tuple(dict.fromkeys(names))
+    if seeds is not None:
+        settings.seeds = seeds
     for name in ("steps", "max_minutes", "learning_rate", "eval_rows"):
         if getattr(args, name) is not None:
             setattr(settings, name, getattr(args, name))
-    settings.jobs = max(1, args.jobs)
-    return run_lab(settings, args.output_dir)
+    settings.jobs = args.jobs
+    return run_lab(settings, args.output_dir, overwrite=args.overwrite_output_dir)

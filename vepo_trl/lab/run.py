@@ -273,15 +273,64 @@ def _run_one_entry(job):
     return run_one(*job)
 
 
-def run_lab(settings: LabSettings, output_dir: str | os.PathLike, log=print) -> dict:
+# The lab's record of the settings its runs were made with (strategies, seeds and jobs may change: runs are per
+# strategy and seed, and reused)
+LAB_RECORD = "vepo_lab.json"
+_FREE_SETTINGS = ("strategies", "seeds", "jobs")
+
+
+def _lab_record_settings(settings: LabSettings) -> dict:
+    return {k: v for k, v in json.loads(json.dumps(dataclasses.asdict(settings))).items() if k not in _FREE_SETTINGS}
+
+
+def plan_lab_folder(settings: LabSettings, output_dir: Path, overwrite: bool) -> list[Path]:
+    """Refuse (`UsageError`) a folder whose lab used other settings unless `overwrite`; return what of an earlier lab
+    is set aside when starting fresh (its warm-start measurement and runs, moved to `previous_run/`, not deleted)."""
+    from ..errors import UsageError
+    from ..run_folder import differences, read_record
+
+    earlier = [path for path in (output_dir / "warm_start.json", output_dir / "runs") if path.exists()]
+    if not earlier:
+        return []
+    if overwrite:
+        return earlier
+    record = read_record(output_dir, LAB_RECORD)
+    if record is None:
+        raise UsageError(
+            f"--output_dir {output_dir} holds lab runs without a record of their settings ({LAB_RECORD}): pass "
+            "--overwrite_output_dir to recompute them, or choose another --output_dir."
+        )
+    diff = differences(record["settings"], _lab_record_settings(settings))
+    if diff:
+        raise UsageError(
+            f"--output_dir {output_dir} holds a lab made with other settings ({'; '.join(diff)}): rerun with its "
+            "settings to reuse its runs, pass --overwrite_output_dir to recompute them, or choose another --output_dir."
+        )
+    return []
+
+
+def run_lab(settings: LabSettings, output_dir: str | os.PathLike, log=print, overwrite: bool = False) -> dict:
     """Warm start (cached), its held-out accuracy and selection statistics, then every (strategy, seed) run, then
     the report (`lab.md`, `lab.json`, `lab_curves.png`). Finished runs (`runs/<strategy>-seed<k>/result.json`) are
-    kept: an interrupted lab resumes."""
+    kept: an interrupted lab resumes. A folder whose lab used other settings (`vepo_lab.json`) is refused with a
+    `UsageError` unless `overwrite`, which sets the earlier runs aside until this lab has finished."""
+    import shutil
+
+    from ..run_folder import SET_ASIDE, write_record
     from .results import write_report
 
     torch.set_num_threads(1)
     output_dir = Path(output_dir)
+    earlier = plan_lab_folder(settings, output_dir, overwrite)
     output_dir.mkdir(parents=True, exist_ok=True)
+    if earlier:
+        aside = output_dir / SET_ASIDE
+        shutil.rmtree(aside, ignore_errors=True)
+        aside.mkdir()
+        for path in earlier:
+            os.replace(path, aside / path.name)
+        log(f"{output_dir}/ held a lab with other settings: its runs wait in {aside} until this lab has finished")
+    write_record(output_dir, _lab_record_settings(settings), LAB_RECORD)
     start = time.perf_counter()
     warm = warm_start_path(settings.warm_start, log=log)
     warm_report = json.loads((warm / "lab_warm_start.json").read_text())
@@ -335,6 +384,7 @@ def run_lab(settings: LabSettings, output_dir: str | os.PathLike, log=print) -> 
             results.append(json.loads((output_dir / "runs" / f"{strategy}-seed{seed}" / "result.json").read_text()))
     settings_dict = dataclasses.asdict(settings)
     summary = write_report(output_dir, base, results, settings_dict)
+    shutil.rmtree(output_dir / SET_ASIDE, ignore_errors=True)
     log(f"lab done in {time.perf_counter() - start:.0f} s: {output_dir / 'lab.md'}")
     return summary
 

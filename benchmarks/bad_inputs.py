@@ -1,0 +1,182 @@
+"""Bad inputs across the CLI and the Python API: exit code, stderr lines and seconds to fail, as a markdown table.
+
+Each CLI case runs `python -m vepo_trl ...` in a fresh process (so the time includes Python's and torch's start), in a
+scratch folder holding the bad files; each API case runs in a fresh `python -c` process. The aim for every row: exit 2
+(API: one `ValueError` line), one stderr line, no traceback, under 10 s, before any model loads.
+
+    python benchmarks/bad_inputs.py                 # about 5 minutes on 2 cores
+    python benchmarks/bad_inputs.py --only lab      # the cases whose command line contains "lab"
+
+Offline (HF_HUB_OFFLINE=1) so that Hub names fail the way they do on a machine without network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = str(REPO / "recipes" / "tiny" / "config_vepo.yaml")
+TRAIN = ["train", "--config", TINY, "--output_dir", "run"]
+INSPECT = ["inspect", "--model", "tiny-qwen2.5-vl"]
+
+ROW = {"problem": "<image>Find x.", "answer": "3", "images": ["ok.png"]}
+
+CLI_CASES: list[list[str]] = [
+    [*TRAIN, "--temperature", "0"],
+    [*TRAIN, "--learning_rate", "-1"],
+    [*TRAIN, "--synthetic_rows", "0"],
+    [*TRAIN, "--max_train_samples", "0"],
+    [*TRAIN, "--min_pixels", "60000", "--max_pixels", "50000"],
+    ["train", "--config", TINY, "--output_dir", ""],
+    ["train", "--config", TINY, "--output_dir", "afile/run"],
+    [*TRAIN, "--selection_ratio", "2"],
+    [*TRAIN, "--selection_strategy", "nope"],
+    [*TRAIN, "--noise_step", "500.5"],
+    [*TRAIN, "--reward_funcs", "accuracy", "bogus"],
+    [*TRAIN, "--model_name_or_path", "/nonexistent/model"],
+    [*TRAIN, "--model_name_or_path", "Qwen/Qwen2.5-VL-3B-Instruct"],
+    [*TRAIN, "--dataset_name", "geometry3k"],
+    [*TRAIN, "--dataset_name", "paper_mix"],
+    [*TRAIN, "--dataset_name", "nowhere.jsonl"],
+    [*TRAIN, "--dataset_name", "missing_img.jsonl"],
+    [*TRAIN, "--dataset_name", "corrupt_img.jsonl"],
+    [*TRAIN, "--dataset_name", "empty.jsonl"],
+    [*TRAIN, "--dataset_name", "invalid.jsonl"],
+    [*TRAIN, "--dataset_name", "not_parquet.parquet"],
+    [*TRAIN, "--dataset_name", "columns.jsonl"],
+    [*TRAIN, "--dataset_name", "list_answers.jsonl"],
+    [*TRAIN, "--dataset_name", "two_placeholders.jsonl"],
+    [*TRAIN, "--dataset_name", "mixed.jsonl", "--strict_data", "true"],
+    ["train", "--config", "broken.yaml"],
+    ["train", "--config", "list.yaml"],
+    ["train", "--config", "nowhere.yaml"],
+    ["train", "--config", TINY, "--output_dir", "other_run"],
+    ["train", "--config", TINY, "--output_dir", "unrecorded_run"],
+    ["demo", "--output_dir", "keep", "--dataset_name", "missing_img.jsonl"],
+    ["demo", "--temperature", "0"],
+    ["lab", "--seeds", ""],
+    ["lab", "--seeds", "0,0"],
+    ["lab", "--seeds", "a,b"],
+    ["lab", "--steps", "0"],
+    ["lab", "--jobs", "0"],
+    ["lab", "--strategies", "nope"],
+    ["lab", "--output_dir", "other_lab"],
+    [*INSPECT, "--dataset", "synthetic", "--index", "100000"],
+    [*INSPECT, "--dataset", "synthetic", "--k", "0"],
+    ["inspect", "--model", "Qwen/Qwen2.5-VL-7B-Instruct", "--dataset", "synthetic"],
+    ["inspect", "--records", "nowhere.jsonl"],
+    ["analyze", "--model", "tiny-qwen2.5-vl", "--dataset", "synthetic", "--limit", "0"],
+    ["plot", "no_such_run"],
+    ["trian"],
+]
+
+API_CASES: list[tuple[str, str]] = [
+    (
+        'VEPOTrainer(model="/nonexistent/model")',
+        "from vepo_trl import VEPOTrainer, VEPOConfig; from vepo_trl.rewards import get_reward_funcs; "
+        "VEPOTrainer(model='/nonexistent/model', reward_funcs=get_reward_funcs(['accuracy']), "
+        "args=VEPOConfig(output_dir='api-out', use_cpu=True, bf16=False, report_to='none'))",
+    ),
+    (
+        'VEPOTrainer(model="Qwen/Qwen2.5-VL-3B-Instruct") offline',
+        "from vepo_trl import VEPOTrainer, VEPOConfig; from vepo_trl.rewards import get_reward_funcs; "
+        "VEPOTrainer(model='Qwen/Qwen2.5-VL-3B-Instruct', reward_funcs=get_reward_funcs(['accuracy']), "
+        "args=VEPOConfig(output_dir='api-out', use_cpu=True, bf16=False, report_to='none'))",
+    ),
+    (
+        'load_vepo_dataset("missing_img.jsonl")',
+        "from vepo_trl.data import load_vepo_dataset; load_vepo_dataset('missing_img.jsonl')",
+    ),
+    (
+        'load_vepo_dataset("invalid.jsonl")',
+        "from vepo_trl.data import load_vepo_dataset; load_vepo_dataset('invalid.jsonl')",
+    ),
+    (
+        "train.main(... temperature=0)",
+        "from vepo_trl.train import make_parser, main; "
+        f"main(*make_parser().parse_args_and_config(['--config', {TINY!r}, '--temperature', '0']))",
+    ),
+]
+
+
+def make_scratch(folder: Path) -> None:
+    """The bad files and folders the cases point at."""
+    from PIL import Image
+
+    Image.new("RGB", (64, 64), "red").save(folder / "ok.png")
+    (folder / "corrupt.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"x" * 20)
+
+    def jsonl(name: str, *rows: dict) -> None:
+        (folder / name).write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+    jsonl("missing_img.jsonl", {**ROW, "images": ["gone.png"]})
+    jsonl("corrupt_img.jsonl", {**ROW, "images": ["corrupt.png"]})
+    jsonl("columns.jsonl", {"q": "x", "a": "3", "images": ["ok.png"]})
+    jsonl("list_answers.jsonl", {**ROW, "answer": ["3", "three"]})
+    jsonl("two_placeholders.jsonl", {**ROW, "problem": "<image>a <image>b"})
+    jsonl("mixed.jsonl", ROW, {**ROW, "answer": ["3", "three"]})
+    (folder / "empty.jsonl").write_text("")
+    (folder / "invalid.jsonl").write_text('{"problem": "x"\n')
+    (folder / "not_parquet.parquet").write_text("hello")
+    (folder / "afile").write_text("")
+    (folder / "broken.yaml").write_text("model_name_or_path: tiny-qwen2.5-vl\n  dataset_name: [x\n")
+    (folder / "list.yaml").write_text("- a\n- b\n")
+    # A folder holding a run of another strategy, and one holding checkpoints without a record of their settings
+    for name, record in (("other_run", {"selection_strategy": "entropy"}), ("unrecorded_run", None)):
+        (folder / name / "checkpoint-5").mkdir(parents=True)
+        (folder / name / "config.json").write_text("{}")
+        if record:
+            (folder / name / "vepo_run.json").write_text(json.dumps({"settings": record}))
+    (folder / "keep").mkdir()
+    (folder / "keep" / "summary.md").write_text("a good run\n")
+    (folder / "other_lab" / "runs").mkdir(parents=True)
+    (folder / "other_lab" / "warm_start.json").write_text("{}")
+    (folder / "other_lab" / "vepo_lab.json").write_text(json.dumps({"settings": {"steps": 50}}))
+
+
+def run(command: list[str], folder: Path, env: dict) -> tuple[int, list[str], float]:
+    start = time.perf_counter()
+    result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    return result.returncode, result.stderr.strip().splitlines(), time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default="", help="Run only the cases whose text contains this.")
+    args = parser.parse_args()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        make_scratch(folder)
+        env["VEPO_TRL_CACHE"] = env.get("VEPO_TRL_CACHE") or str(folder / "cache")
+        env["HF_DATASETS_CACHE"] = str(folder / "datasets-cache")
+        cases = [(f"vepo-trl {' '.join(repr(a) if not a or ' ' in a else a for a in c)}", [sys.executable, "-m",
+                  "vepo_trl", *c]) for c in CLI_CASES]  # fmt: skip
+        # The API raises: the row shows the exception's own message (its lines), printed by a wrapper exiting 2
+        wrap = "import sys\ntry:\n    {}\nexcept ValueError as e:\n    print(f'{{type(e).__name__}}: {{e}}', file=sys.stderr)\n    sys.exit(2)"
+        cases += [(f"API: {label}", [sys.executable, "-c", wrap.format(code)]) for label, code in API_CASES]
+        for label, command in cases:
+            if args.only not in label:
+                continue
+            code, lines, seconds = run(command, folder, env)
+            traceback = any(line.startswith("Traceback") for line in lines)
+            shown = label.replace(str(REPO) + os.sep, "")
+            rows.append((shown, code, len(lines), seconds, traceback, lines[-1] if lines else ""))
+            print(f"{code:>3} {len(lines):>3} {seconds:5.1f}s {'TB ' if traceback else ''}{shown}", flush=True)
+    print("\n| input | exit | stderr lines | seconds | last stderr line |\n|---|---|---|---|---|")
+    for label, code, count, seconds, traceback, last in rows:
+        last = last.replace("|", "\\|")[:140]
+        print(f"| `{label}` | {code} | {count}{' (traceback)' if traceback else ''} | {seconds:.1f} | {last} |")
+
+
+if __name__ == "__main__":
+    main()

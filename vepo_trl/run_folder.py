@@ -1,0 +1,230 @@
+"""A run folder that knows its run: the settings it was made with, resumed or refused explicitly, never half-deleted.
+
+`vepo-trl train`, `vepo-trl demo` and `train.main` write `vepo_run.json` into `output_dir`: the settings that change
+what a run learns (VEPO's, the optimiser's, the sampling's, the data's and the model's). A later run into the same
+folder is then
+
+- refused, in one line naming each setting that differs and its two values, when the folder holds a run (checkpoints,
+  a saved model or a report) made with other settings;
+- resumed from the last `checkpoint-*`, announced in one line, when the settings are the same;
+- started fresh when asked (`overwrite_output_dir`); the earlier run's checkpoints are set aside in
+  `previous_run/` (not deleted) and removed only once the new run has finished.
+
+How long to train (`max_steps`, `num_train_epochs`) is not part of the record: resuming with a larger `max_steps`
+trains a run further. `vepo-trl lab` keeps the same kind of record, `vepo_lab.json`, for its runs (`vepo_trl.lab`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+
+
+RUN_FILE = "vepo_run.json"
+# Where `overwrite_output_dir` moves the earlier run's checkpoints until the new run has finished
+SET_ASIDE = "previous_run"
+# Settings of the optimiser, the sampling and the GRPO loss that change what a run learns; VEPOConfig's own fields
+# count too, but for the diagnostics that only log (`log_*`, `selection_samples_*`)
+TRAINING_FIELDS = (
+    "learning_rate", "lr_scheduler_type", "warmup_steps", "weight_decay", "max_grad_norm", "optim", "adam_beta1",
+    "adam_beta2", "adam_epsilon", "seed", "data_seed", "per_device_train_batch_size", "gradient_accumulation_steps",
+    "num_generations", "generation_batch_size", "steps_per_generation", "num_iterations", "max_completion_length",
+    "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "generation_kwargs", "beta", "epsilon",
+    "epsilon_high", "delta", "loss_type", "scale_rewards", "importance_sampling_level", "mask_truncated_completions",
+    "top_entropy_quantile", "reward_weights", "bf16", "fp16", "use_vllm", "vllm_importance_sampling_correction",
+)  # fmt: skip
+SCRIPT_FIELDS = (
+    "dataset_name", "dataset_config", "dataset_train_split", "reward_funcs", "min_pixels", "max_pixels",
+    "max_train_samples", "synthetic_rows", "freeze_vision_tower", "strict_data",
+)  # fmt: skip
+MODEL_FIELDS = (
+    "model_name_or_path", "model_revision", "dtype", "use_peft", "lora_r", "lora_alpha", "lora_dropout",
+    "lora_target_modules", "load_in_4bit", "load_in_8bit",
+)  # fmt: skip
+# What in a folder shows that a run left something there (besides checkpoint-* folders)
+_RUN_OUTPUTS = ("config.json", "adapter_config.json", "summary.md", "metrics.jsonl", "trainer_state.json")
+
+
+def _plain(value: Any) -> Any:
+    """A JSON value that compares equal across a save and a load (enums by value, tuples as lists)."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    return json.loads(json.dumps(value, default=str))
+
+
+def run_settings(script_args, training_args, model_args) -> dict[str, Any]:
+    """The settings of a run that change its results, by name."""
+    from .config import VEPOConfig
+
+    vepo_fields = [
+        name
+        for name in vars(VEPOConfig)["__annotations__"]
+        if not name.startswith(("log_", "selection_samples_")) and name != "scoring_tile_size"
+    ]
+    settings = {}
+    for source, names in ((model_args, MODEL_FIELDS), (script_args, SCRIPT_FIELDS), (training_args, TRAINING_FIELDS)):
+        for name in names:
+            if hasattr(source, name):
+                settings[name] = _plain(getattr(source, name))
+    for name in vepo_fields:
+        settings[name] = _plain(getattr(training_args, name))
+    if settings.get("model_name_or_path") and Path(settings["model_name_or_path"]).expanduser().is_dir():
+        settings["model_name_or_path"] = str(Path(settings["model_name_or_path"]).expanduser().resolve())
+    return settings
+
+
+def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """`name: A there, B here` for every setting whose value differs (a setting only one side has counts)."""
+    missing = object()
+    out = []
+    for name in dict.fromkeys([*recorded, *current]):
+        there, here = recorded.get(name, missing), current.get(name, missing)
+        if there != here:
+            show = lambda v: "unset" if v is missing else repr(v)  # noqa: E731
+            out.append(f"{name} {show(there)} there, {show(here)} here")
+    return out
+
+
+def read_record(folder: Path, name: str = RUN_FILE) -> dict[str, Any] | None:
+    path = folder / name
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise UsageError(
+            f"{path} is not a readable record of a run ({type(error).__name__}); move it away to start fresh."
+        ) from None
+    if not isinstance(record, dict) or not isinstance(record.get("settings"), dict):
+        raise UsageError(f"{path} is not a record of a run (no 'settings'); move it away to start fresh.")
+    return record
+
+
+def write_json_atomically(path: Path, data: Any) -> None:
+    """Write JSON to a temporary file next to `path`, then rename it over `path`: never a half-written file."""
+    write_text_atomically(path, json.dumps(data, indent=1) + "\n")
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def last_checkpoint(folder: Path) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
+
+
+def holds_a_run(folder: Path) -> bool:
+    return folder.is_dir() and (
+        last_checkpoint(folder) is not None or any((folder / name).exists() for name in _RUN_OUTPUTS)
+    )
+
+
+def _step(checkpoint: str) -> str:
+    return checkpoint.rsplit("-", 1)[-1]
+
+
+@dataclasses.dataclass
+class RunPlan:
+    """What a run does with its output folder: the checkpoint it resumes (or None) and the line that says so."""
+
+    checkpoint: str | None = None
+    message: str | None = None
+    set_aside: list[str] = dataclasses.field(default_factory=list)
+
+
+def plan_run(output_dir: str, settings: dict[str, Any], *, resume: str | bool | None, overwrite: bool) -> RunPlan:
+    """Decide, before anything loads, whether a run into `output_dir` starts fresh, resumes or is refused.
+
+    `resume` is `resume_from_checkpoint`: None (decide from the folder), a checkpoint path, or true/"true"/"last"
+    (the folder's last checkpoint). Raises `UsageError` for a folder of another run and for an impossible resume.
+    """
+    folder = Path(output_dir).expanduser()
+    if isinstance(resume, str) and resume.strip().lower() in ("true", "last", "yes"):
+        resume = True
+    elif isinstance(resume, str) and resume.strip().lower() in ("false", "no", "none", ""):
+        resume = None
+    if overwrite:
+        if resume:
+            raise UsageError(
+                "resume_from_checkpoint resumes the run in output_dir and overwrite_output_dir starts a fresh one: "
+                "give one of them."
+            )
+        if not holds_a_run(folder):
+            return RunPlan()
+        checkpoints = sorted(str(path) for path in folder.glob("checkpoint-*") if path.is_dir())
+        note = f" (its checkpoints wait in {folder / SET_ASIDE} until this run has finished)" if checkpoints else ""
+        return RunPlan(
+            message=f"{folder}/ holds an earlier run: overwrite_output_dir, so this run starts fresh and replaces "
+            f"its model and report when it finishes{note}.",
+            set_aside=checkpoints,
+        )
+    record = read_record(folder) if folder.is_dir() else None
+    last = last_checkpoint(folder)
+    if record is not None and holds_a_run(folder):
+        diff = differences(record["settings"], settings)
+        if diff:
+            raise UsageError(
+                f"output_dir {folder} holds a run made with other settings ({'; '.join(diff)}): rerun with its "
+                "settings to resume or extend it, pass --overwrite_output_dir true to replace it, or choose another "
+                "--output_dir."
+            )
+    if resume is True:
+        if last is None:
+            raise UsageError(f"resume_from_checkpoint: {folder} holds no checkpoint-* folder to resume from.")
+        return RunPlan(last, f"Resuming from {last} (step {_step(last)}), as asked.")
+    if resume:
+        if not Path(resume).expanduser().is_dir():
+            raise UsageError(f"resume_from_checkpoint {resume}: no such checkpoint folder.")
+        return RunPlan(str(resume), f"Resuming from {resume}, as asked.")
+    if last is not None:
+        if record is None:
+            raise UsageError(
+                f"output_dir {folder} holds checkpoints ({Path(last).name}) of a run without a record of its settings "
+                f"({RUN_FILE}): pass --resume_from_checkpoint true to resume it, --overwrite_output_dir true to start "
+                "fresh, or choose another --output_dir."
+            )
+        return RunPlan(
+            last,
+            f"Resuming from {last} (step {_step(last)}): {folder}/ holds checkpoints of a run with the same settings "
+            "(--overwrite_output_dir true starts fresh instead).",
+        )
+    if holds_a_run(folder):
+        return RunPlan(
+            message=f"{folder}/ holds an earlier run: its model and report are replaced when this run finishes."
+        )
+    return RunPlan()
+
+
+def set_aside(folder: Path, paths: list[str]) -> None:
+    """Move an earlier run's checkpoints into `folder/previous_run/`, out of the new run's way (not deleted)."""
+    target = folder / SET_ASIDE
+    for path in paths:
+        target.mkdir(exist_ok=True)
+        destination = target / Path(path).name
+        if destination.exists():
+            shutil.rmtree(destination)  # an older set-aside copy: the folder's own copy is the newer one
+        os.replace(path, destination)
+
+
+def discard_set_aside(folder: Path) -> None:
+    """Once the new run has finished: the earlier run's checkpoints are no longer needed."""
+    shutil.rmtree(Path(folder) / SET_ASIDE, ignore_errors=True)
+
+
+def write_record(folder: Path, settings: dict[str, Any], name: str = RUN_FILE) -> None:
+    from . import __version__
+
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json_atomically(folder / name, {"vepo_trl": __version__, "settings": settings})

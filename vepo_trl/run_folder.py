@@ -224,7 +224,11 @@ def discard_set_aside(folder: Path) -> None:
 
 
 def write_record(folder: Path, settings: dict[str, Any], name: str = RUN_FILE) -> None:
-    from . import __version__
+    from importlib.metadata import PackageNotFoundError, version
 
+    try:  # the installed distribution's version, as the model card states it (no import of the package facade)
+        installed = version("vepo-trl")
+    except PackageNotFoundError:
+        installed = "unknown"
     folder.mkdir(parents=True, exist_ok=True)
-    write_json_atomically(folder / name, {"vepo_trl": __version__, "settings": settings})
+    write_json_atomically(folder / name, {"vepo_trl": installed, "settings": settings})

@@ -34,3 +34,10 @@ def visual_dataset():
     from vepo_trl.data import synthetic_training_dataset
 
     return synthetic_training_dataset(16, seed=0)
+
+
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory):
+    """One `VEPO_TRL_CACHE` for the tests that build the tiny model or the lab's warm start through the CLI: each is
+    built once per session, as a user's cache would hold it."""
+    return tmp_path_factory.mktemp("vepo_trl_cache")

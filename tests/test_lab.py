@@ -111,10 +111,10 @@ def test_warm_start_builds_loads_and_is_cached(tmp_path):
 
 
 @pytest.mark.slow
-def test_lab_quick_end_to_end(tmp_path, monkeypatch, capsys):
+def test_lab_quick_end_to_end(tmp_path, monkeypatch, capsys, shared_cache):
     from vepo_trl.cli import main
 
-    monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("VEPO_TRL_CACHE", str(shared_cache))
     start = time.perf_counter()
     main(["lab", "--quick", "--output_dir", str(tmp_path / "lab")])
     seconds = time.perf_counter() - start

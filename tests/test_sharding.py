@@ -45,6 +45,9 @@ def test_text_only_and_image_processes_train_together_when_sharded(tmp_path, tin
     # The text-only process ran the vision tower on the dummy image in each of its 3 training forwards (not in the
     # last forward, where no process had an image); the image process never needed it
     assert (text_rank["dummy_forwards"], image_rank["dummy_forwards"]) == (3, 0)
+    # A greedy generation of 3 tokens: once where transformers encodes the image before the prefill, then no decode
+    # step needs the tower
+    assert (text_rank["dummy_forwards_with_generation"], image_rank["dummy_forwards_with_generation"]) == (4, 0)
     if mode == "fsdp1":
         # Outside a forward FSDP1 holds a flat slice of the local shard: reading it directly fails
         assert all(len(rank["head_shape_outside_forward"]) == 1 for rank in report)

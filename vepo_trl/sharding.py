@@ -114,11 +114,14 @@ class VisionTowerAlignment:
         self.dummy_inputs = dummy_inputs
         self.dummy_forwards = 0  # forwards whose vision tower ran on the dummy image (tests read it)
         self._ran = self._needed = False
+        # Prepended: ahead of hooks a sharding wrapper registered first (a reference model TRL prepared before VEPO's
+        # __init__ ran), so the dummy's modules are recorded in the same order as a real image's
         self._handles = [
-            multimodal_model.register_forward_pre_hook(self._start, with_kwargs=True),
-            self.vision.register_forward_pre_hook(self._mark),
-            self.language.register_forward_pre_hook(self._align, with_kwargs=True),
+            multimodal_model.register_forward_pre_hook(self._start, with_kwargs=True, prepend=True),
+            self.vision.register_forward_pre_hook(self._mark, prepend=True),
+            self.language.register_forward_pre_hook(self._align, with_kwargs=True, prepend=True),
         ]
+        self._generation_model = None
 
     @classmethod
     def for_model(cls, model: torch.nn.Module, processing_class) -> VisionTowerAlignment:
@@ -129,20 +132,53 @@ class VisionTowerAlignment:
         inner = model.get_decoder() if not hasattr(model, "model") else model.model
         image = Image.new("RGB", (56, 56), (127, 127, 127))
         encoded = processing_class.image_processor(images=[image], return_tensors="pt")
-        return cls(inner, {key: value for key, value in encoded.items() if isinstance(value, torch.Tensor)})
+        alignment = cls(inner, {key: value for key, value in encoded.items() if isinstance(value, torch.Tensor)})
+        alignment._wrap_generation(model)
+        return alignment
+
+    @staticmethod
+    def _anyone(mine: bool, like: torch.Tensor | None) -> bool:
+        """Whether any process has an image here: one scalar all-reduce (MAX), made by every process."""
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            return mine
+        if torch.distributed.get_world_size() == 1:
+            return mine
+        if like is not None:
+            device = like.device
+        else:  # NCCL needs the flag on the process's accelerator
+            device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+        flag = torch.tensor([float(mine)], device=device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def _wrap_generation(self, model: torch.nn.Module) -> None:
+        """transformers (5.24+) encodes the images of a `generate` call before its first forward
+        (`_prepare_multimodal_encoder_kwargs_for_generation`), outside the hooks above: there too, a process without an
+        image runs the tower on the dummy where another process encodes one (no gradient: generation)."""
+        original = getattr(model, "_prepare_multimodal_encoder_kwargs_for_generation", None)
+        if original is None:
+            return
+
+        def prepare(model_kwargs):
+            mine = model_kwargs.get("pixel_values") is not None
+            like = next((t for t in model_kwargs.values() if isinstance(t, torch.Tensor)), None)
+            needed = self._anyone(mine, like)
+            out = original(model_kwargs)
+            if needed and not mine:
+                self._dummy_zero(like.device if like is not None else None)
+            return out
+
+        model._prepare_multimodal_encoder_kwargs_for_generation = prepare
+        self._generation_model = model
 
     def _start(self, module, args, kwargs):
         """Whether any process runs its vision tower in this forward: one scalar all-reduce, which every process makes
-        in every forward. Decode steps (no process has an image) then run no dummy at all."""
+        in every forward. Decode steps (no process has an image) then run no dummy at all. A generation's prefill,
+        whose images transformers encoded beforehand (`mm_encoder_outputs`), runs the tower nowhere: nothing here."""
         self._ran = False
         mine = kwargs.get("pixel_values") is not None
-        self._needed = mine
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            if torch.distributed.get_world_size() > 1:
-                like = next((t for t in (*kwargs.values(), *args) if isinstance(t, torch.Tensor)), None)
-                flag = torch.tensor([float(mine)], device=like.device if like is not None else None)
-                torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-                self._needed = bool(flag.item())
+        like = next((t for t in (*kwargs.values(), *args) if isinstance(t, torch.Tensor)), None)
+        self._needed = self._anyone(mine, like)
 
     def _mark(self, module, args):
         self._ran = True
@@ -175,6 +211,8 @@ class VisionTowerAlignment:
     def remove(self) -> None:
         for handle in self._handles:
             handle.remove()
+        if self._generation_model is not None:
+            del self._generation_model._prepare_multimodal_encoder_kwargs_for_generation
 
 
 def maybe_align_vision_tower(trainer, model: torch.nn.Module) -> VisionTowerAlignment | None:

@@ -18,17 +18,17 @@ from PIL import Image
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 
-def batch(processor, with_image: bool):
+def batch(processor, with_image: bool, answer: bool = True):
     if with_image:
         content = [{"type": "image"}, {"type": "text", "text": "How many circles?"}]
         images = [Image.new("RGB", (56, 84), (200, 30, 30))]
     else:
         content = [{"type": "text", "text": "What is two plus two?"}]
         images = None
-    text = processor.apply_chat_template(
-        [{"role": "user", "content": content}, {"role": "assistant", "content": [{"type": "text", "text": "four"}]}],
-        tokenize=False,
-    )
+    messages = [{"role": "user", "content": content}]
+    if answer:
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": "four"}]})
+    text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=not answer)
     return dict(processor(images=images, text=[text], return_tensors="pt"))
 
 
@@ -50,6 +50,20 @@ def shard(model, mode):
             fully_shard(module)
     fully_shard(model)
     return model
+
+
+def base_model(sharded, mode):
+    return sharded.module if mode == "fsdp1" else sharded
+
+
+def generation_context(sharded, mode):
+    from contextlib import nullcontext
+
+    if mode != "fsdp1":
+        return nullcontext()
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    return FullyShardedDataParallel.summon_full_params(sharded, recurse=False, writeback=False)
 
 
 def full_state(model, mode):
@@ -109,6 +123,12 @@ def main(output, model_dir, mode, align):
     # A forward where no process has an image (a decode step, a text-only batch everywhere): no dummy is needed
     with torch.no_grad():
         sharded(**batch(processor, with_image=False), use_cache=False)
+    trained_dummies = alignment.dummy_forwards if alignment is not None else None
+    # A rollout by transformers generation, as TRL runs it (FSDP1: the root unit gathered, the units inside gather as
+    # they run): transformers encodes the image before the prefill, outside the forward
+    prompt = batch(processor, with_image=rank == 1, answer=False)
+    with torch.no_grad(), generation_context(sharded, mode):
+        base_model(sharded, mode).generate(**prompt, max_new_tokens=3, do_sample=False, synced_gpus=True)
     state = full_state(sharded, mode)
     states = [torch.zeros_like(state) for _ in range(2)]
     dist.all_gather(states, state)
@@ -120,7 +140,8 @@ def main(output, model_dir, mode, align):
         "entropy_error": head_errors[0],
         "jsd_error": head_errors[1],
         "trained": bool(not torch.equal(state, initial)),
-        "dummy_forwards": alignment.dummy_forwards if alignment is not None else None,
+        "dummy_forwards": trained_dummies,
+        "dummy_forwards_with_generation": alignment.dummy_forwards if alignment is not None else None,
     }
     reports = [None, None]
     dist.all_gather_object(reports, report)

@@ -1,6 +1,7 @@
 """Model names that stand for models built on this machine instead of downloaded: one place for every command.
 
-- `tiny-qwen2.5-vl`: the tiny random Qwen2.5-VL of `vepo_trl.testing` (the CPU demo and tests), built once and cached.
+- `tiny-qwen2.5-vl`: the tiny random Qwen2.5-VL of `vepo_trl.testing` (the CPU demo and tests), built once and cached;
+  `tiny-<family>` the same for every family of `vepo_trl.testing.TINY_BUILDERS` (`tiny-qwen3-vl`, `tiny-gemma3`, ...).
 - `lab-warm-start`: the lab's SFT'd small Qwen2.5-VL (`vepo_trl.lab.warm_start`), built on first use and cached.
 
 A folder of the same name in the working directory wins: the name then means that folder, as for any local path.
@@ -88,14 +89,16 @@ def check_model_name(name: str | None, what: str = "model_name_or_path") -> None
 def resolve_model_name(name: str) -> str:
     """The local path a built-in name stands for (building the model on first use); any other name is checked
     (`check_model_name`: a `UsageError` for a missing folder or an unreachable Hub id) and passes as is."""
-    if name == TINY_MODEL and not os.path.isdir(name):
+    if name.startswith("tiny-") and not os.path.isdir(name):
         from accelerate import PartialState
 
-        from .testing import tiny_model_path
+        from .testing import TINY_BUILDERS, tiny_model_path
 
-        # Under torch.distributed only rank 0 writes weights: it builds, the other ranks then find the folder
-        with PartialState().main_process_first():
-            return str(tiny_model_path())
+        family = name.removeprefix("tiny-")
+        if family in TINY_BUILDERS:
+            # Under torch.distributed only rank 0 writes weights: it builds, the other ranks then find the folder
+            with PartialState().main_process_first():
+                return str(tiny_model_path(family=family))
     if name == LAB_MODEL and not os.path.isdir(name):
         from .lab.warm_start import warm_start_path
 

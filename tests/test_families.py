@@ -1,0 +1,380 @@
+"""Every supported model family (`vepo_trl.families`) on its tiny model (`vepo_trl.testing.TINY_BUILDERS`): TRL's
+GRPOTrainer trains it, VEPO trains it, `full` is GRPO, the identity perturbation gives no signal, and the perturbed
+images differ from the clean ones exactly where each perturbation says. Run them with `pytest -k families`."""
+
+import math
+
+import pytest
+import torch
+from PIL import Image
+from transformers import AutoModelForImageTextToText, AutoProcessor, LlavaConfig
+from trl import GRPOConfig, GRPOTrainer
+
+from vepo_trl import VEPOConfig, VEPOTrainer
+from vepo_trl.data import synthetic_training_dataset
+from vepo_trl.families import FAMILIES, family_of, get_family, pixel_layout, supported_families
+from vepo_trl.perturb import ImageLayout, PixelLayout, diffusion_alpha_bar, perturb_pixel_values
+from vepo_trl.testing import TINY_BUILDERS, build_tiny, save_tiny
+from vepo_trl.trainer import SELECTION_KEY
+
+
+FAMILY_NAMES = [family.name for family in FAMILIES]
+
+
+def length_reward(completions, **kwargs):
+    return [float(len(completion[0]["content"]) % 5) for completion in completions]
+
+
+@pytest.fixture(scope="module")
+def family_dirs(tmp_path_factory):
+    """Each family's tiny model saved once, loaded by the trainers from the folder like a Hub id."""
+    root = tmp_path_factory.mktemp("families")
+    return {name: str(save_tiny(name, root / name)) for name in FAMILY_NAMES}
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return synthetic_training_dataset(8, seed=0)
+
+
+def make_args(tmp_path, config_cls=VEPOConfig, **overrides):
+    settings = {
+        "output_dir": str(tmp_path / "out"),
+        "per_device_train_batch_size": 4,
+        "num_generations": 4,
+        "max_completion_length": 8,
+        "max_steps": 1,
+        "learning_rate": 1e-2,
+        "logging_steps": 1,
+        "report_to": "none",
+        "save_strategy": "no",
+        "use_cpu": True,
+        "bf16": False,
+        "seed": 0,
+    }
+    settings.update(overrides)
+    if config_cls is GRPOConfig:
+        settings = {k: v for k, v in settings.items() if k in GRPOConfig.__dataclass_fields__}
+    return config_cls(**settings)
+
+
+def trainable(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def moved(before, model):
+    return any(not torch.equal(before[n], p.detach()) for n, p in model.named_parameters() if n in before)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The registry
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_families_every_family_has_a_tiny_model_and_its_classes():
+    assert set(TINY_BUILDERS) == set(FAMILY_NAMES)
+    for family in FAMILIES:
+        model, processor = build_tiny(family.name)
+        assert type(model).__name__ in family.model_classes
+        assert family_of(model) is family
+        assert family.tiny_model == f"tiny-{family.name}"
+        layout = pixel_layout(model, processor.image_processor)
+        assert isinstance(layout, PixelLayout if family.name.startswith("qwen") else ImageLayout)
+        # The model's own patch size: Qwen3-VL 16, the others as their vision config says
+        patch = model.config.vision_config.patch_size
+        assert layout.patch_size == (patch[0] if isinstance(patch, (list, tuple)) else patch)
+
+
+def test_families_unsupported_model_is_refused_in_one_line():
+    with pytest.raises(ValueError) as error:
+        pixel_layout(LlavaConfig(), None, "vepo")
+    message = str(error.value)
+    assert "\n" not in message and "'llava'" in message
+    assert all(name in message for name in supported_families())
+    with pytest.raises(ValueError, match="Supported families"):
+        get_family("llava")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_families_grpo_trainer_trains_one_step(family_dirs, dataset, tmp_path, family):
+    trainer = GRPOTrainer(
+        model=family_dirs[family],
+        reward_funcs=length_reward,
+        args=make_args(tmp_path, GRPOConfig),
+        train_dataset=dataset,
+    )
+    before = trainable(trainer.model)
+    trainer.train()
+    assert moved(before, trainer.model)
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+@pytest.mark.parametrize(
+    ("strategy", "perturbation"), [("vepo", "diffusion"), ("vepo", "patch_blackout"), ("entropy", "diffusion")]
+)
+def test_families_vepo_trains_one_step(family_dirs, dataset, tmp_path, family, strategy, perturbation):
+    trainer = VEPOTrainer(
+        model=family_dirs[family],
+        reward_funcs=length_reward,
+        args=make_args(tmp_path, selection_strategy=strategy, perturbation=perturbation),
+        train_dataset=dataset,
+    )
+    before = trainable(trainer.model)
+    trainer.train()
+    assert moved(before, trainer.model)
+    logs = [entry for entry in trainer.state.log_history if "vepo/selected_fraction" in entry]
+    assert logs and 0 < logs[0]["vepo/selected_fraction"] < 1
+    if strategy == "vepo":
+        # The perturbed forward ran, and the family's images moved the model's distributions
+        assert trainer.num_perturbed_completions > 0
+        assert logs[0]["vepo/jsd_mean"] > 1e-6
+    else:
+        assert trainer.num_perturbed_completions == 0
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_families_identity_perturbation_gives_no_signal(family_dirs, dataset, tmp_path, family):
+    trainer = VEPOTrainer(
+        model=family_dirs[family],
+        reward_funcs=length_reward,
+        args=make_args(tmp_path, perturbation="gaussian", noise_sigma=0.0),  # the identity
+        train_dataset=dataset,
+    )
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "vepo/jsd_mean" in entry]
+    assert logs and trainer.num_perturbed_completions > 0
+    assert logs[0]["vepo/jsd_mean"] < 1e-6
+    assert logs[0]["vepo/entropy_gap_abs_mean"] < 1e-5
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_families_full_strategy_equals_grpo(family_dirs, dataset, tmp_path, family):
+    vepo = VEPOTrainer(
+        model=family_dirs[family],
+        reward_funcs=length_reward,
+        args=make_args(tmp_path, selection_strategy="full"),
+        train_dataset=dataset,
+    )
+    grpo = GRPOTrainer(
+        model=family_dirs[family],
+        reward_funcs=length_reward,
+        args=make_args(tmp_path, GRPOConfig),
+        train_dataset=dataset,
+    )
+    grpo.model.load_state_dict(vepo.model.state_dict())
+    for trainer in (vepo, grpo):
+        trainer.model.train()
+        trainer.state.global_step = 0
+        trainer.current_gradient_accumulation_steps = 1
+    inputs = vepo._prepare_inputs(next(iter(vepo.get_train_dataloader())))
+    assert inputs["pixel_values"] is not None
+    grpo_inputs = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items() if k != SELECTION_KEY}
+    vepo_loss = vepo.compute_loss(vepo.model, inputs)
+    grpo_loss = grpo.compute_loss(grpo.model, grpo_inputs)
+    assert torch.equal(vepo_loss.detach(), grpo_loss.detach())
+    vepo_loss.backward()
+    grpo_loss.backward()
+    for (name, p), q in zip(vepo.model.named_parameters(), grpo.model.parameters()):
+        if p.grad is not None:
+            assert torch.equal(p.grad, q.grad), name
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What each perturbation does to each family's pixel_values
+# ---------------------------------------------------------------------------------------------------------------------
+
+_PROCESSORS = {}
+
+
+def processed(family, images):
+    """The family's processor on `images` (one prompt with all of them): its `pixel_values`, grid and layout."""
+    if family not in _PROCESSORS:
+        model, processor = build_tiny(family)
+        _PROCESSORS[family] = (processor, pixel_layout(model, processor.image_processor))
+    processor, layout = _PROCESSORS[family]
+    content = [{"type": "image"} for _ in images] + [{"type": "text", "text": "How many?"}]
+    text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
+    encoded = processor(images=images, text=[text], return_tensors="pt")
+    return encoded["pixel_values"], encoded.get("image_grid_thw"), layout
+
+
+def random_image(width, height, seed):
+    generator = torch.Generator().manual_seed(seed)
+    pixels = torch.randint(0, 256, (height, width, 3), generator=generator, dtype=torch.uint8)
+    return Image.fromarray(pixels.numpy())
+
+
+def images_of_two_sizes():
+    return [random_image(70, 50, 0), random_image(40, 90, 1)]
+
+
+def real_tiles(pixel_values):
+    """`(N, C, H, W)` tiles of an image layout and which of them are images (padding tiles are all zero)."""
+    tiles = pixel_values.reshape(-1, *pixel_values.shape[-3:])
+    return tiles, (tiles != 0).flatten(1).any(-1)
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_families_black_image_equals_the_processor_on_a_black_image(family):
+    """Black in normalised space is the family's own: the processor run on black images of the same sizes."""
+    pixel_values, grid, layout = processed(family, images_of_two_sizes())
+    black_pixels, black_grid, _ = processed(family, [Image.new("RGB", image.size) for image in images_of_two_sizes()])
+    assert black_grid is None or torch.equal(grid, black_grid)
+    for name, params in (("black_image", {}), ("patch_blackout", {"patch_probability": 1.0})):
+        out = perturb_pixel_values(name, pixel_values, grid, layout, seed=3, **params)
+        torch.testing.assert_close(out, black_pixels, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_families_patch_blackout_blacks_out_exactly_the_models_patches(family):
+    pixel_values, grid, layout = processed(family, images_of_two_sizes())
+    out = perturb_pixel_values("patch_blackout", pixel_values, grid, layout, seed=3, step=1, patch_probability=0.5)
+    black = perturb_pixel_values("black_image", pixel_values, grid, layout)
+    if isinstance(layout, PixelLayout):
+        # A row is one of the model's patches: each row is the clean one or entirely black
+        kept = (out == pixel_values).all(-1)
+        dropped = (out == black).all(-1)
+        assert bool((kept | dropped).all()) and 0.3 < dropped.float().mean() < 0.7
+        return
+    tiles, real = real_tiles(pixel_values)
+    out_tiles, black_tiles = real_tiles(out)[0], real_tiles(black)[0]
+    p = layout.patch_size
+    fractions = []
+    for tile, perturbed, black_tile, is_real in zip(tiles, out_tiles, black_tiles, real):
+        if not is_real:
+            assert torch.equal(perturbed, tile)  # padding stays padding
+            continue
+        height, width = tile.shape[-2:]
+        changed = (perturbed != tile).any(0)
+        assert torch.equal(perturbed[:, changed], black_tile[:, changed])
+        # Changed pixels form whole p x p squares of the model's patch grid, and pixels past it never change
+        squares = changed[: height // p * p, : width // p * p].reshape(height // p, p, width // p, p)
+        per_patch = squares.float().mean((1, 3))
+        assert bool(((per_patch == 0) | (per_patch == 1)).all())
+        assert not changed[height // p * p :].any() and not changed[:, width // p * p :].any()
+        fractions.append(per_patch.mean())
+    assert 0.3 < torch.stack(fractions).mean() < 0.7
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_families_diffusion_noise_is_the_same_in_image_space(family):
+    """`diffusion` at step tau: `(I' - sqrt(abar) I) / sqrt(1 - abar)` is standard normal noise per pixel of the image
+    the vision tower sees (where the clamp did not bite), on every family."""
+    pixel_values, grid, layout = processed(family, images_of_two_sizes())
+    noise_step = 300
+    out = perturb_pixel_values("diffusion", pixel_values, grid, layout, seed=1, step=2, noise_step=noise_step)
+    abar = diffusion_alpha_bar(noise_step)
+    if isinstance(layout, PixelLayout):
+        clean, noisy = layout.to_unit(pixel_values), layout.to_unit(out)
+        # Both temporal copies of a still frame carry the same noise
+        half = clean.shape[-1] // 2
+        torch.testing.assert_close(noisy[..., :half], noisy[..., half:], atol=1e-5, rtol=0)
+    else:
+        tiles, real = real_tiles(pixel_values)
+        clean = torch.stack([layout.to_unit(t) for t in tiles[real]])
+        noisy = torch.stack([layout.to_unit(t) for t in real_tiles(out)[0][real]])
+        assert torch.equal(real_tiles(out)[0][~real], tiles[~real])
+    assert noisy.min() >= -1e-5 and noisy.max() <= 1 + 1e-5
+    noise = (noisy - math.sqrt(abar) * clean) / math.sqrt(1 - abar)
+    inside = (noisy > 1e-4) & (noisy < 1 - 1e-4)
+    # Clamping truncates the tails: compare with the same truncation of a standard normal draw of the same size
+    reference = (math.sqrt(abar) * clean + math.sqrt(1 - abar) * torch.randn(clean.shape)).clamp(0, 1)
+    ref_noise = (reference - math.sqrt(abar) * clean) / math.sqrt(1 - abar)
+    ref_inside = (reference > 1e-4) & (reference < 1 - 1e-4)
+    assert abs(noise[inside].std() - ref_noise[ref_inside].std()) < 0.05
+    assert abs(noise[inside].mean() - ref_noise[ref_inside].mean()) < 0.05
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_families_mean_image_and_gaussian(family):
+    pixel_values, grid, layout = processed(family, images_of_two_sizes())
+    mean = perturb_pixel_values("mean_image", pixel_values, grid, layout)
+    noisy = perturb_pixel_values("gaussian", pixel_values, grid, layout, seed=4, sigma=2.0)
+    if isinstance(layout, PixelLayout):
+        assert torch.equal(mean, torch.zeros_like(pixel_values))
+        assert abs((noisy - pixel_values).std() - 2.0) < 0.05
+        return
+    tiles, real = real_tiles(pixel_values)
+    mean_tiles, noisy_tiles = real_tiles(mean)[0], real_tiles(noisy)[0]
+    assert torch.equal(mean_tiles[~real], tiles[~real]) and torch.equal(noisy_tiles[~real], tiles[~real])
+    assert abs((noisy_tiles[real] - tiles[real]).std() - 2.0) < 0.05
+    if layout.zero_tile_is_padding:
+        # All 0 but one value, the smallest normal float: the model still counts the tile as an image
+        flat = mean_tiles[real].flatten(1)
+        assert torch.equal(flat[:, 0], torch.full_like(flat[:, 0], torch.finfo(flat.dtype).tiny))
+        assert not flat[:, 1:].any()
+    else:
+        assert not mean_tiles[real].any()
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_families_each_image_perturbed_alone_as_in_a_batch(family):
+    """A prompt's perturbed image depends on nothing else in the batch (one image vs the same image beside another)."""
+    first, second = images_of_two_sizes()
+    both, grid_both, layout = processed(family, [first, second])
+    alone, grid_alone, _ = processed(family, [first])
+    for name in ("diffusion", "patch_blackout", "gaussian"):
+        out_both = perturb_pixel_values(name, both, grid_both, layout, seed=5, step=1)
+        out_alone = perturb_pixel_values(name, alone, grid_alone, layout, seed=5, step=1)
+        if isinstance(layout, PixelLayout):
+            torch.testing.assert_close(out_both[: alone.shape[0]], out_alone, atol=0, rtol=0)
+        else:
+            tiles_alone, real_alone = real_tiles(out_alone)
+            tiles_both = real_tiles(out_both)[0]
+            # The first image's real tiles come first in both batches
+            n = int(real_alone.sum())
+            assert torch.equal(tiles_both[:n], tiles_alone[real_alone][:n])
+
+
+def test_families_tiny_models_load_from_their_folders(family_dirs):
+    for family in ("qwen3-vl", "gemma3"):
+        model = AutoModelForImageTextToText.from_pretrained(family_dirs[family])
+        processor = AutoProcessor.from_pretrained(family_dirs[family])
+        assert family_of(model) is get_family(family)
+        assert isinstance(pixel_layout(model, processor.image_processor), (PixelLayout, ImageLayout))
+
+
+def _prompt(processor, images):
+    content = [{"type": "image"} for _ in images] + [{"type": "text", "text": "How many?"}]
+    return processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_families_rows_with_0_1_2_images_scored_alone_as_batched(family):
+    """Responses whose prompts hold 1, 2, 0 and 2 images of different sizes: the pixel inputs `take_rows` cuts out of
+    the batch (TRL's own split) give each one the same clean and perturbed forward as its prompt processed alone."""
+    from vepo_trl.batch import take_rows
+
+    model, processor = build_tiny(family)
+    model.eval()
+    layout = pixel_layout(model, processor.image_processor)
+    rows = [
+        [random_image(70, 50, 0)],
+        [random_image(40, 90, 1), random_image(60, 60, 2)],
+        [],
+        [random_image(90, 40, 3), random_image(50, 70, 4)],
+    ]
+    texts = [_prompt(processor, images) for images in rows]
+    batch = dict(processor(images=rows, text=texts, return_tensors="pt", padding=True))
+    batch["num_images"] = [len(images) for images in rows]
+    pixel_keys = ("pixel_values", "image_grid_thw", "pixel_attention_mask", "image_sizes")
+    with torch.no_grad():
+        for index, images in enumerate(rows):
+            alone = dict(processor(images=[images] if images else None, text=[texts[index]], return_tensors="pt"))
+            taken = take_rows(batch, torch.tensor([index]))
+            text_inputs = {k: v for k, v in alone.items() if k not in pixel_keys}
+            for name in (None, "diffusion", "patch_blackout"):
+                logits = []
+                for source in (alone, taken):
+                    pixels = {k: source[k] for k in pixel_keys if source.get(k) is not None}
+                    if name is not None and pixels:
+                        pixels["pixel_values"] = perturb_pixel_values(
+                            name, pixels["pixel_values"], pixels.get("image_grid_thw"), layout, seed=2, step=1
+                        )
+                    logits.append(model(**text_inputs, **pixels).logits[0, -3:])
+                torch.testing.assert_close(logits[1], logits[0], atol=1e-5, rtol=1e-5)

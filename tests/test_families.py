@@ -200,7 +200,9 @@ def processed(family, images):
     content = [{"type": "image"} for _ in images] + [{"type": "text", "text": "How many?"}]
     text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
     encoded = processor(images=images, text=[text], return_tensors="pt")
-    return encoded["pixel_values"], encoded.get("image_grid_thw"), layout
+    # Mistral3 pads a batch's images to the largest: `image_sizes` tells the layout which pixels are the image's
+    grid = encoded.get("image_grid_thw")
+    return encoded["pixel_values"], grid, layout, {"image_sizes": encoded.get("image_sizes")}
 
 
 def random_image(width, height, seed):
@@ -213,6 +215,24 @@ def images_of_two_sizes():
     return [random_image(70, 50, 0), random_image(40, 90, 1)]
 
 
+def image_pixels(values, clean, layout, sizes):
+    """`values` cut like the clean `pixel_values` of an image layout: each image tile's own pixels `(C, h, w)` (all of
+    the tile, or its top-left `image_sizes` part for Mistral3), and every other value (padding tiles, padded pixels)."""
+    tiles, clean_tiles = values.reshape(-1, *values.shape[-3:]), clean.reshape(-1, *clean.shape[-3:])
+    image_sizes = sizes.get("image_sizes") if layout.crop_to_image_sizes else None
+    own, rest = [], []
+    for index, (tile, clean_tile) in enumerate(zip(tiles, clean_tiles)):
+        h, w = image_sizes[index].tolist() if image_sizes is not None else tile.shape[-2:]
+        inside = torch.zeros(tile.shape[-2:], dtype=torch.bool)
+        inside[:h, :w] = True
+        if clean_tile[:, :h, :w].any():
+            own.append(tile[:, :h, :w])
+            rest.append(tile[:, ~inside])
+        else:
+            rest.append(tile.flatten(1))
+    return own, torch.cat(rest, 1)
+
+
 def real_tiles(pixel_values):
     """`(N, C, H, W)` tiles of an image layout and which of them are images (padding tiles are all zero)."""
     tiles = pixel_values.reshape(-1, *pixel_values.shape[-3:])
@@ -222,19 +242,23 @@ def real_tiles(pixel_values):
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_families_black_image_equals_the_processor_on_a_black_image(family):
     """Black in normalised space is the family's own: the processor run on black images of the same sizes."""
-    pixel_values, grid, layout = processed(family, images_of_two_sizes())
-    black_pixels, black_grid, _ = processed(family, [Image.new("RGB", image.size) for image in images_of_two_sizes()])
+    pixel_values, grid, layout, sizes = processed(family, images_of_two_sizes())
+    black_pixels, black_grid, _, _ = processed(
+        family, [Image.new("RGB", image.size) for image in images_of_two_sizes()]
+    )
     assert black_grid is None or torch.equal(grid, black_grid)
     for name, params in (("black_image", {}), ("patch_blackout", {"patch_probability": 1.0})):
-        out = perturb_pixel_values(name, pixel_values, grid, layout, seed=3, **params)
+        out = perturb_pixel_values(name, pixel_values, grid, layout, seed=3, **params, **sizes)
         torch.testing.assert_close(out, black_pixels, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_families_patch_blackout_blacks_out_exactly_the_models_patches(family):
-    pixel_values, grid, layout = processed(family, images_of_two_sizes())
-    out = perturb_pixel_values("patch_blackout", pixel_values, grid, layout, seed=3, step=1, patch_probability=0.5)
-    black = perturb_pixel_values("black_image", pixel_values, grid, layout)
+    pixel_values, grid, layout, sizes = processed(family, images_of_two_sizes())
+    out = perturb_pixel_values(
+        "patch_blackout", pixel_values, grid, layout, seed=3, step=1, patch_probability=0.5, **sizes
+    )
+    black = perturb_pixel_values("black_image", pixel_values, grid, layout, **sizes)
     if isinstance(layout, PixelLayout):
         # A row is one of the model's patches: each row is the clean one or entirely black
         kept = (out == pixel_values).all(-1)
@@ -265,9 +289,9 @@ def test_families_patch_blackout_blacks_out_exactly_the_models_patches(family):
 def test_families_diffusion_noise_is_the_same_in_image_space(family):
     """`diffusion` at step tau: `(I' - sqrt(abar) I) / sqrt(1 - abar)` is standard normal noise per pixel of the image
     the vision tower sees (where the clamp did not bite), on every family."""
-    pixel_values, grid, layout = processed(family, images_of_two_sizes())
+    pixel_values, grid, layout, sizes = processed(family, images_of_two_sizes())
     noise_step = 300
-    out = perturb_pixel_values("diffusion", pixel_values, grid, layout, seed=1, step=2, noise_step=noise_step)
+    out = perturb_pixel_values("diffusion", pixel_values, grid, layout, seed=1, step=2, noise_step=noise_step, **sizes)
     abar = diffusion_alpha_bar(noise_step)
     if isinstance(layout, PixelLayout):
         clean, noisy = layout.to_unit(pixel_values), layout.to_unit(out)
@@ -275,10 +299,11 @@ def test_families_diffusion_noise_is_the_same_in_image_space(family):
         half = clean.shape[-1] // 2
         torch.testing.assert_close(noisy[..., :half], noisy[..., half:], atol=1e-5, rtol=0)
     else:
-        tiles, real = real_tiles(pixel_values)
-        clean = torch.stack([layout.to_unit(t) for t in tiles[real]])
-        noisy = torch.stack([layout.to_unit(t) for t in real_tiles(out)[0][real]])
-        assert torch.equal(real_tiles(out)[0][~real], tiles[~real])
+        clean_own, clean_rest = image_pixels(pixel_values, pixel_values, layout, sizes)
+        noisy_own, noisy_rest = image_pixels(out, pixel_values, layout, sizes)
+        assert torch.equal(noisy_rest, clean_rest)  # padding untouched
+        clean = torch.cat([layout.to_unit(t).flatten() for t in clean_own])
+        noisy = torch.cat([layout.to_unit(t).flatten() for t in noisy_own])
     assert noisy.min() >= -1e-5 and noisy.max() <= 1 + 1e-5
     noise = (noisy - math.sqrt(abar) * clean) / math.sqrt(1 - abar)
     inside = (noisy > 1e-4) & (noisy < 1 - 1e-4)
@@ -292,43 +317,45 @@ def test_families_diffusion_noise_is_the_same_in_image_space(family):
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_families_mean_image_and_gaussian(family):
-    pixel_values, grid, layout = processed(family, images_of_two_sizes())
-    mean = perturb_pixel_values("mean_image", pixel_values, grid, layout)
-    noisy = perturb_pixel_values("gaussian", pixel_values, grid, layout, seed=4, sigma=2.0)
+    pixel_values, grid, layout, sizes = processed(family, images_of_two_sizes())
+    mean = perturb_pixel_values("mean_image", pixel_values, grid, layout, **sizes)
+    noisy = perturb_pixel_values("gaussian", pixel_values, grid, layout, seed=4, sigma=2.0, **sizes)
     if isinstance(layout, PixelLayout):
         assert torch.equal(mean, torch.zeros_like(pixel_values))
         assert abs((noisy - pixel_values).std() - 2.0) < 0.05
         return
-    tiles, real = real_tiles(pixel_values)
-    mean_tiles, noisy_tiles = real_tiles(mean)[0], real_tiles(noisy)[0]
-    assert torch.equal(mean_tiles[~real], tiles[~real]) and torch.equal(noisy_tiles[~real], tiles[~real])
-    assert abs((noisy_tiles[real] - tiles[real]).std() - 2.0) < 0.05
-    if layout.zero_tile_is_padding:
-        # All 0 but one value, the smallest normal float: the model still counts the tile as an image
-        flat = mean_tiles[real].flatten(1)
-        assert torch.equal(flat[:, 0], torch.full_like(flat[:, 0], torch.finfo(flat.dtype).tiny))
-        assert not flat[:, 1:].any()
-    else:
-        assert not mean_tiles[real].any()
+    clean_own, clean_rest = image_pixels(pixel_values, pixel_values, layout, sizes)
+    mean_own, mean_rest = image_pixels(mean, pixel_values, layout, sizes)
+    noisy_own, noisy_rest = image_pixels(noisy, pixel_values, layout, sizes)
+    assert torch.equal(mean_rest, clean_rest) and torch.equal(noisy_rest, clean_rest)
+    differences = torch.cat([(n - c).flatten() for n, c in zip(noisy_own, clean_own)])
+    assert abs(differences.std() - 2.0) < 0.05
+    for tile in mean_own:
+        flat = tile.flatten()
+        if layout.zero_tile_is_padding:
+            # All 0 but one value, the smallest normal float: the model still counts the tile as an image
+            assert flat[0] == torch.finfo(flat.dtype).tiny and not flat[1:].any()
+        else:
+            assert not flat.any()
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_families_each_image_perturbed_alone_as_in_a_batch(family):
     """A prompt's perturbed image depends on nothing else in the batch (one image vs the same image beside another)."""
     first, second = images_of_two_sizes()
-    both, grid_both, layout = processed(family, [first, second])
-    alone, grid_alone, _ = processed(family, [first])
+    both, grid_both, layout, sizes_both = processed(family, [first, second])
+    alone, grid_alone, _, sizes_alone = processed(family, [first])
     for name in ("diffusion", "patch_blackout", "gaussian"):
-        out_both = perturb_pixel_values(name, both, grid_both, layout, seed=5, step=1)
-        out_alone = perturb_pixel_values(name, alone, grid_alone, layout, seed=5, step=1)
+        out_both = perturb_pixel_values(name, both, grid_both, layout, seed=5, step=1, **sizes_both)
+        out_alone = perturb_pixel_values(name, alone, grid_alone, layout, seed=5, step=1, **sizes_alone)
         if isinstance(layout, PixelLayout):
             torch.testing.assert_close(out_both[: alone.shape[0]], out_alone, atol=0, rtol=0)
         else:
-            tiles_alone, real_alone = real_tiles(out_alone)
-            tiles_both = real_tiles(out_both)[0]
-            # The first image's real tiles come first in both batches
-            n = int(real_alone.sum())
-            assert torch.equal(tiles_both[:n], tiles_alone[real_alone][:n])
+            own_alone = image_pixels(out_alone, alone, layout, sizes_alone)[0]
+            own_both = image_pixels(out_both, both, layout, sizes_both)[0]
+            # The first image's tiles come first in both batches
+            for tile_alone, tile_both in zip(own_alone, own_both):
+                assert torch.equal(tile_both, tile_alone)
 
 
 def test_families_tiny_models_load_from_their_folders(family_dirs):
@@ -362,6 +389,11 @@ def test_families_rows_with_0_1_2_images_scored_alone_as_batched(family):
     texts = [_prompt(processor, images) for images in rows]
     batch = dict(processor(images=rows, text=texts, return_tensors="pt", padding=True))
     batch["num_images"] = [len(images) for images in rows]
+    if batch["pixel_values"].ndim == 4 and batch["pixel_values"].size(0) != sum(batch["num_images"]):
+        # Tile-indexed pixel_values (InternVL): TRL counts each prompt's tiles with the image processor, as here
+        flat = [image for images in rows for image in images]
+        tiles = processor.image_processor(images=flat, crop_to_patches=True, return_tensors="pt")["num_patches"]
+        batch["num_tiles"] = [int(group.sum()) for group in torch.split(torch.as_tensor(tiles), batch["num_images"])]
     pixel_keys = ("pixel_values", "image_grid_thw", "pixel_attention_mask", "image_sizes")
     with torch.no_grad():
         for index, images in enumerate(rows):
@@ -374,7 +406,13 @@ def test_families_rows_with_0_1_2_images_scored_alone_as_batched(family):
                     pixels = {k: source[k] for k in pixel_keys if source.get(k) is not None}
                     if name is not None and pixels:
                         pixels["pixel_values"] = perturb_pixel_values(
-                            name, pixels["pixel_values"], pixels.get("image_grid_thw"), layout, seed=2, step=1
+                            name,
+                            pixels["pixel_values"],
+                            pixels.get("image_grid_thw"),
+                            layout,
+                            seed=2,
+                            step=1,
+                            image_sizes=pixels.get("image_sizes"),
                         )
                     logits.append(model(**text_inputs, **pixels).logits[0, -3:])
                 torch.testing.assert_close(logits[1], logits[0], atol=1e-5, rtol=1e-5)

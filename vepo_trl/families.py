@@ -28,9 +28,9 @@ def _vision_patch_size(config) -> int:
     return int(patch[0] if isinstance(patch, (list, tuple)) else patch)
 
 
-def _tiles_layout(zero_tile_is_padding: bool) -> Callable:
+def _tiles_layout(**options) -> Callable:
     def layout(image_processor, config) -> ImageLayout:
-        return ImageLayout.from_image_processor(image_processor, _vision_patch_size(config), zero_tile_is_padding)
+        return ImageLayout.from_image_processor(image_processor, _vision_patch_size(config), **options)
 
     return layout
 
@@ -86,7 +86,7 @@ FAMILIES: tuple[Family, ...] = (
         ("gemma3",),
         ("Gemma3ForConditionalGeneration",),
         "images `(n_images, C, H, W)`",
-        _tiles_layout(zero_tile_is_padding=False),
+        _tiles_layout(),
         "tiny-gemma3",
     ),
     Family(
@@ -101,9 +101,17 @@ FAMILIES: tuple[Family, ...] = (
         "llava-onevision",
         ("llava_onevision",),
         ("LlavaOnevisionForConditionalGeneration",),
-        "crops `(n_images, n_crops, C, H, W)` + `image_sizes`",
-        _tiles_layout(zero_tile_is_padding=False),
+        "crops `(n_images, n_crops, C, H, W)` + `image_sizes`, zero crops are padding",
+        _tiles_layout(),
         "tiny-llava-onevision",
+    ),
+    Family(
+        "internvl",
+        ("internvl",),
+        ("InternVLForConditionalGeneration",),
+        "tiles `(n_tiles, C, H, W)`, split per prompt by TRL's `num_tiles`",
+        _tiles_layout(),
+        "tiny-internvl",
     ),
 )
 

@@ -6,7 +6,8 @@ normalised tensor, through a layout that knows its shape (`families.py` picks th
 - `PixelLayout` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): each row is one patch laid out as `(channel, temporal copy, P, P)`
   (P = 14, or 16 on Qwen3-VL). For a still image the processor stores the frame twice (the two temporal copies), so
   pixel-space noise is drawn once per pixel and shared by both copies;
-- `ImageLayout` (Gemma 3, Idefics3 / SmolVLM, LLaVA-OneVision): whole normalised tiles `(..., C, H, W)`.
+- `ImageLayout` (Gemma 3, Idefics3 / SmolVLM, LLaVA-OneVision, InternVL, Mistral3): whole normalised tiles
+  `(..., C, H, W)`.
 
 Why on the normalised tensor and not on the image before the processor: the processor's resize is the only step
 between the two, and it runs before normalisation, so un-normalising to [0, 1] (the rescaled image), perturbing,
@@ -128,19 +129,21 @@ class ImageLayout:
     A tile whose values are all exactly 0 is padding (Idefics3 pads a sample's tiles with zeros and drops them by that
     test; LLaVA-OneVision pads crops that `image_sizes` then skips): perturbations leave it as it is. With
     `zero_tile_is_padding` the model itself drops all-zero tiles, so a perturbed tile that comes out all 0 (the mean
-    image) gets its first value set to the dtype's smallest normal number (1e-38 in fp32) to stay an image."""
+    image) gets its first value set to the dtype's smallest normal number (1e-38 in fp32) to stay an image. With
+    `crop_to_image_sizes` (Mistral3 / Pixtral: images of one batch padded with zeros to the largest, `image_sizes` the
+    real height and width), only each image's own top-left `(h, w)` pixels are perturbed, seeded and noised, so a
+    prompt's perturbed image does not depend on what else is in its batch."""
 
     image_mean: tuple[float, ...] = (0.5, 0.5, 0.5)
     image_std: tuple[float, ...] = (0.5, 0.5, 0.5)
     patch_size: int = 14
     zero_tile_is_padding: bool = False
+    crop_to_image_sizes: bool = False
 
     @classmethod
-    def from_image_processor(cls, image_processor, patch_size: int, zero_tile_is_padding: bool = False):
+    def from_image_processor(cls, image_processor, patch_size: int, **options) -> ImageLayout:
         mean, std = _stats_of(image_processor)
-        return cls(
-            image_mean=mean, image_std=std, patch_size=int(patch_size), zero_tile_is_padding=zero_tile_is_padding
-        )
+        return cls(image_mean=mean, image_std=std, patch_size=int(patch_size), **options)
 
     @property
     def channels(self) -> int:
@@ -372,22 +375,30 @@ def tile_seeds(tiles: torch.Tensor, seed: int, step: int) -> list[int]:
     return [stable_seed(seed, step, shape, a, b) for a, b in sums]
 
 
-def _perturb_tiles(fn, pixel_values: torch.Tensor, layout: ImageLayout, seed: int, step: int, params) -> torch.Tensor:
+def _perturb_tiles(
+    fn, pixel_values: torch.Tensor, layout: ImageLayout, image_sizes, seed: int, step: int, params
+) -> torch.Tensor:
     if pixel_values.ndim < 3 or pixel_values.shape[-3] != layout.channels:
         raise ValueError(
             f"Expected pixel_values shaped (..., {layout.channels}, H, W), got {tuple(pixel_values.shape)}."
         )
     tiles = pixel_values.reshape(-1, *pixel_values.shape[-3:])
     out = tiles.clone()
-    real = (tiles != 0).flatten(1).any(-1).nonzero().squeeze(-1).tolist()
-    seeds = tile_seeds(tiles[real], seed, step) if real else []
-    for index, tile_seed in zip(real, seeds):
-        generator = torch.Generator(device=pixel_values.device).manual_seed(tile_seed)
-        tile = fn(tiles[index], None, layout, generator, **params)
-        if layout.zero_tile_is_padding and not bool((tile != 0).any()):
-            tile = tile.clone()
-            tile.view(-1)[0] = torch.finfo(tile.dtype).tiny  # still an image to a model that drops all-zero tiles
-        out[index] = tile
+    crop = layout.crop_to_image_sizes and image_sizes is not None
+    if crop and len(image_sizes) != tiles.shape[0]:
+        raise ValueError(f"{len(image_sizes)} image_sizes for {tiles.shape[0]} images in pixel_values.")
+    for index in range(tiles.shape[0]):
+        # The image's own pixels: the whole tile, or its top-left (h, w) when images are padded to the batch's largest
+        h, w = (int(v) for v in image_sizes[index]) if crop else tiles.shape[-2:]
+        tile = tiles[index, :, :h, :w]
+        if not bool((tile != 0).any()):
+            continue  # padding
+        generator = torch.Generator(device=pixel_values.device).manual_seed(tile_seeds(tile[None], seed, step)[0])
+        perturbed = fn(tile, None, layout, generator, **params)
+        if layout.zero_tile_is_padding and not bool((perturbed != 0).any()):
+            perturbed = perturbed.clone()
+            perturbed.view(-1)[0] = torch.finfo(perturbed.dtype).tiny  # still an image to a model that drops zeros
+        out[index, :, :h, :w] = perturbed
     return out.view_as(pixel_values)
 
 
@@ -399,20 +410,22 @@ def perturb_pixel_values(
     *,
     seed: int = 0,
     step: int = 0,
+    image_sizes: torch.Tensor | None = None,
     **params,
 ) -> torch.Tensor:
     """Perturb every image in a batch's `pixel_values` with the named perturbation.
 
     With a `PixelLayout` (Qwen2-VL family), `pixel_values` are patch rows `(sum_i t*h*w, row_size)` and
     `image_grid_thw` says which rows are which image; with an `ImageLayout` (every other family), `pixel_values`
-    are `(..., C, H, W)` tiles, each perturbed on its own (`image_grid_thw` is not used). `params` go to the
+    are `(..., C, H, W)` tiles, each perturbed on its own (`image_grid_thw` is not used; `image_sizes` `(n, 2)` crops
+    each image's padding off when the layout says so, Mistral3 / Pixtral). `params` go to the
     perturbation (`noise_step`, `sigma`, `patch_probability`); ones it does not use are ignored. Returns a new tensor
     of the same shape and dtype.
     """
     layout = layout or PixelLayout()
     fn = get_perturbation(name)
     if isinstance(layout, ImageLayout):
-        return _perturb_tiles(fn, pixel_values, layout, seed, step, params)
+        return _perturb_tiles(fn, pixel_values, layout, image_sizes, seed, step, params)
     if image_grid_thw is None:
         raise ValueError("Qwen2-VL-style pixel_values need their image_grid_thw.")
     if pixel_values.ndim != 2 or pixel_values.shape[1] != layout.row_size:

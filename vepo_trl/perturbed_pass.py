@@ -150,6 +150,7 @@ class PerturbedPass:
                 self.pixel_layout,
                 seed=args.perturbation_seed,
                 step=host.state.global_step,
+                image_sizes=row_inputs.get("image_sizes"),
                 noise_step=host.current_noise_step(),
                 sigma=args.noise_sigma,
                 patch_probability=args.patch_probability,

@@ -565,6 +565,65 @@ def _build_llava_onevision(family: str, config: TinyModelConfig):
     return model, processor
 
 
+# InternVL's chat template (Qwen2 turns; the processor expands each `<IMG_CONTEXT>` into the image's tiles' tokens)
+INTERNVL_CHAT_TEMPLATE = LLAVA_ONEVISION_CHAT_TEMPLATE.replace("<image>", "<IMG_CONTEXT>")
+
+
+def _build_internvl(family: str, config: TinyModelConfig):
+    from transformers import (
+        GotOcr2ImageProcessor,
+        InternVLConfig,
+        InternVLForConditionalGeneration,
+        InternVLProcessor,
+        InternVLVideoProcessor,
+    )
+
+    special = (*QWEN_SPECIAL_TOKENS, "<img>", "</img>", "<IMG_CONTEXT>", "<video>")
+    tokenizer = build_tokenizer(
+        config.vocab_size,
+        special_tokens=special,
+        chat_template=INTERNVL_CHAT_TEMPLATE,
+        extra_special_tokens={
+            "start_image_token": "<img>",
+            "end_image_token": "</img>",
+            "context_image_token": "<IMG_CONTEXT>",
+            "video_token": "<video>",
+        },
+    )
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in special}
+    # 28 px tiles (2x2 patches of 14, pixel-shuffled to 1 token), 1 to 4 tiles plus a thumbnail per image (the real
+    # InternVL3: 448 px tiles, 256 tokens, up to 12 tiles)
+    processor = InternVLProcessor(
+        image_processor=GotOcr2ImageProcessor(
+            size={"height": 28, "width": 28}, crop_to_patches=True, min_patches=1, max_patches=4
+        ),
+        tokenizer=tokenizer,
+        video_processor=InternVLVideoProcessor(),
+        image_seq_length=1,
+        chat_template=INTERNVL_CHAT_TEMPLATE,
+    )
+    text = {
+        **_TEXT,
+        "model_type": "qwen2",
+        "vocab_size": len(tokenizer),
+        "pad_token_id": ids["<|endoftext|>"],
+        "eos_token_id": ids["<|im_end|>"],
+    }
+    model_config = InternVLConfig(
+        text_config=text,
+        vision_config={**_VISION, "image_size": [28, 28], "patch_size": [14, 14]},
+        image_token_id=ids["<IMG_CONTEXT>"],
+        image_seq_length=1,
+        downsample_ratio=0.5,
+        tie_word_embeddings=False,
+    )
+    model = _seeded(InternVLForConditionalGeneration, model_config, config.seed)
+    model.generation_config = _generation_config(
+        tokenizer, ["<|im_end|>", "<|endoftext|>"], "<|endoftext|>", ["<IMG_CONTEXT>", "<img>", "</img>"]
+    )
+    return model, processor
+
+
 def _build_qwen2_5_vl(family: str, config: TinyModelConfig):
     processor = build_processor(config)
     return build_model(processor, config), processor
@@ -579,6 +638,7 @@ TINY_BUILDERS = {
     "gemma3": _build_gemma3,
     "smolvlm": _build_smolvlm,
     "llava-onevision": _build_llava_onevision,
+    "internvl": _build_internvl,
 }
 
 

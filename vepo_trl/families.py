@@ -113,6 +113,14 @@ FAMILIES: tuple[Family, ...] = (
         _tiles_layout(),
         "tiny-internvl",
     ),
+    Family(
+        "mistral3",
+        ("mistral3",),
+        ("Mistral3ForConditionalGeneration",),
+        "images `(n_images, C, H_max, W_max)` zero-padded + `image_sizes`",
+        _tiles_layout(crop_to_image_sizes=True),
+        "tiny-mistral3",
+    ),
 )
 
 _BY_MODEL_TYPE = {model_type: family for family in FAMILIES for model_type in family.model_types}

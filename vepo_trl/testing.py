@@ -624,6 +624,66 @@ def _build_internvl(family: str, config: TinyModelConfig):
     return model, processor
 
 
+MISTRAL3_SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[IMG]", "[IMG_BREAK]", "[IMG_END]", "<pad>")
+# Mistral's instruct format with image parts, as Mistral-Small-3.1's template renders a user turn with images
+MISTRAL3_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}[INST]"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' %}[IMG]{% elif content['type'] == 'text' %}{{ content['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}[/INST]"
+    "{% elif message['role'] == 'assistant' %}{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for content in message['content'] %}{{ content['text'] }}{% endfor %}{% endif %}{{ eos_token }}"
+    "{% endif %}{% endfor %}"
+)
+
+
+def _build_mistral3(family: str, config: TinyModelConfig):
+    from transformers import (
+        Mistral3Config,
+        Mistral3ForConditionalGeneration,
+        PixtralImageProcessor,
+        PixtralProcessor,
+    )
+
+    tokenizer = build_tokenizer(
+        config.vocab_size,
+        special_tokens=MISTRAL3_SPECIAL_TOKENS,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        chat_template=MISTRAL3_CHAT_TEMPLATE,
+    )
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in MISTRAL3_SPECIAL_TOKENS}
+    # Images at their own aspect ratio up to 64 px, 8x8 patches merged 2x2 (the real: 1540 px, 14 px patches)
+    processor = PixtralProcessor(
+        image_processor=PixtralImageProcessor(size={"longest_edge": 64}, patch_size=8),
+        tokenizer=tokenizer,
+        patch_size=8,
+        spatial_merge_size=2,
+        chat_template=MISTRAL3_CHAT_TEMPLATE,
+    )
+    text = {
+        **_TEXT,
+        "model_type": "mistral",
+        "vocab_size": len(tokenizer),
+        "head_dim": 16,
+        "sliding_window": None,
+        "pad_token_id": ids["<pad>"],
+        "eos_token_id": ids["</s>"],
+        "bos_token_id": ids["<s>"],
+    }
+    model_config = Mistral3Config(
+        text_config=text,
+        vision_config={**_VISION, "model_type": "pixtral", "head_dim": 16, "image_size": 64, "patch_size": 8},
+        image_token_index=ids["[IMG]"],
+        spatial_merge_size=2,
+        tie_word_embeddings=False,
+    )
+    model = _seeded(Mistral3ForConditionalGeneration, model_config, config.seed)
+    model.generation_config = _generation_config(tokenizer, ["</s>"], "<pad>", ["[IMG]", "[IMG_BREAK]", "[IMG_END]"])
+    return model, processor
+
+
 def _build_qwen2_5_vl(family: str, config: TinyModelConfig):
     processor = build_processor(config)
     return build_model(processor, config), processor
@@ -639,6 +699,7 @@ TINY_BUILDERS = {
     "smolvlm": _build_smolvlm,
     "llava-onevision": _build_llava_onevision,
     "internvl": _build_internvl,
+    "mistral3": _build_mistral3,
 }
 
 

@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from .perturb import ImageLayout, PixelLayout
 
 
-__all__ = ["Family", "FAMILIES", "family_of", "get_family", "pixel_layout", "supported_families"]
+__all__ = [
+    "Family",
+    "FAMILIES",
+    "family_of",
+    "get_family",
+    "pixel_layout",
+    "supported_families",
+    "trainable_families",
+]
 
 
 def _qwen_layout(image_processor, config) -> PixelLayout:
@@ -38,7 +46,8 @@ def _tiles_layout(**options) -> Callable:
 @dataclass(frozen=True)
 class Family:
     """One model family: its name, the `model_type`s and classes that belong to it, the layout of its `pixel_values`
-    (for the README) and how to read its `perturb` layout off its image processor and config."""
+    (for the README) and how to read its `perturb` layout off its image processor and config. `trl_failure` says why
+    TRL's own `GRPOTrainer` cannot train the family here (its adapter is kept and tested, training is left out)."""
 
     name: str
     model_types: tuple[str, ...]
@@ -46,6 +55,7 @@ class Family:
     pixel_values: str
     make_layout: Callable
     tiny_model: str
+    trl_failure: str | None = None
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -120,6 +130,11 @@ FAMILIES: tuple[Family, ...] = (
         "images `(n_images, C, H_max, W_max)` zero-padded + `image_sizes`",
         _tiles_layout(crop_to_image_sizes=True),
         "tiny-mistral3",
+        trl_failure=(
+            "TRL 1.16's GRPOTrainer fails on any batch whose prompts differ in length: PixtralProcessor returns "
+            "tensors by default, so TRL's unpadded prompt tokenisation raises 'Unable to create tensor, you should "
+            "probably activate truncation and/or padding'"
+        ),
     ),
 )
 
@@ -127,7 +142,13 @@ _BY_MODEL_TYPE = {model_type: family for family in FAMILIES for model_type in fa
 
 
 def supported_families() -> list[str]:
+    """Every family with an adapter: its images can be perturbed."""
     return [family.name for family in FAMILIES]
+
+
+def trainable_families() -> list[str]:
+    """The families TRL's own GRPOTrainer trains here, and VEPO with it."""
+    return [family.name for family in FAMILIES if family.trl_failure is None]
 
 
 def family_of(config) -> Family | None:

@@ -58,12 +58,24 @@ def _in_hub_cache(repo_id: str, filename: str, repo_type: str = "model") -> bool
         return False
 
 
+def tiny_model_names() -> list[str]:
+    """`tiny-<family>` for every family with a tiny offline model (`tiny-qwen2.5-vl` first)."""
+    from .testing import TINY_BUILDERS
+
+    return [TINY_MODEL, *(f"tiny-{family}" for family in TINY_BUILDERS if f"tiny-{family}" != TINY_MODEL)]
+
+
+def is_builtin_model(name: str) -> bool:
+    """Whether `name` stands for a model built on this machine (and no folder of that name is here)."""
+    return not os.path.isdir(name) and (name == LAB_MODEL or name in tiny_model_names())
+
+
 def check_model_name(name: str | None, what: str = "model_name_or_path") -> None:
     """Fail fast, with a `UsageError` naming the fix, on a model that cannot load: a missing local folder, a folder
     without `config.json`, or a Hub id that is neither in the local cache nor downloadable (offline)."""
     if not name:
         raise UsageError(f"{what} is not set: give a Hub id, a local model folder or {TINY_MODEL}.")
-    if name in (TINY_MODEL, LAB_MODEL):
+    if is_builtin_model(name):
         return
     path = Path(name).expanduser()
     if path.is_dir():

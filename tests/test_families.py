@@ -3,6 +3,7 @@ GRPOTrainer trains it, VEPO trains it, `full` is GRPO, the identity perturbation
 images differ from the clean ones exactly where each perturbation says. Run them with `pytest -k families`."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -454,3 +455,52 @@ def test_families_demo_refuses_a_family_in_one_line(capsys, family, expected):
     assert error.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and f"--model_family {family}: " in err and expected in err
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Recipes for other families: the 7B paper recipe with the model changed, and only what the header explains
+# ---------------------------------------------------------------------------------------------------------------------
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+FAMILY_RECIPES = {
+    "Qwen3-VL-4B-Instruct": (
+        "Qwen/Qwen3-VL-4B-Instruct",
+        "qwen3-vl",
+        {"min_pixels": 342_016, "max_pixels": 1_305_600},
+    ),
+    "Qwen3-VL-8B-Instruct": (
+        "Qwen/Qwen3-VL-8B-Instruct",
+        "qwen3-vl",
+        {"min_pixels": 342_016, "max_pixels": 1_305_600},
+    ),
+    "gemma-3-4b-it": ("google/gemma-3-4b-it", "gemma3", {"attn_implementation": "sdpa"}),
+}
+
+
+def _recipe_fields(path):
+    from vepo_trl.train import make_parser
+
+    fields = {}
+    for args in make_parser().parse_args_and_config(["--config", str(path), "--use_cpu", "true"]):
+        fields.update(vars(args))
+    return fields
+
+
+@pytest.mark.parametrize("model", list(FAMILY_RECIPES))
+def test_families_recipe_is_the_paper_recipe_scaled(model):
+    hub_id, family, changes = FAMILY_RECIPES[model]
+    assert family in trainable_families()
+    paper = _recipe_fields(RECIPES / "Qwen2.5-VL-7B-Instruct" / "vepo" / "config_paper.yaml")
+    recipe = _recipe_fields(RECIPES / model / "vepo" / "config_paper.yaml")
+    expected = {
+        **paper,
+        **changes,
+        "model_name_or_path": hub_id,
+        "output_dir": f"data/{model}-VEPO",
+    }
+    derived = {"run_name", "distributed_state"}  # from output_dir and the machine
+    assert {k: v for k, v in recipe.items() if k not in derived and v != expected.get(k)} == {}
+    # Qwen3-VL: the paper's 334..1,275 visual tokens per image, at 32x32 pixels per token
+    if family == "qwen3-vl":
+        assert (recipe["min_pixels"] // 32**2, recipe["max_pixels"] // 32**2) == (334, 1275)
+        assert (paper["min_pixels"] // 28**2, paper["max_pixels"] // 28**2) == (334, 1275)

@@ -22,6 +22,7 @@ __all__ = [
     "get_family",
     "pixel_layout",
     "supported_families",
+    "supported_models_table",
     "trainable_families",
 ]
 
@@ -56,6 +57,7 @@ class Family:
     make_layout: Callable
     tiny_model: str
     trl_failure: str | None = None
+    recipes: tuple[str, ...] = ()
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -74,6 +76,7 @@ FAMILIES: tuple[Family, ...] = (
         "patch rows `(sum t*h*w, 3*2*14*14)` + `image_grid_thw`",
         _qwen_layout,
         "tiny-qwen2.5-vl",
+        recipes=("Qwen2.5-VL-7B-Instruct/", "Qwen2.5-VL-3B-Instruct/"),
     ),
     Family(
         "qwen3-vl",
@@ -82,6 +85,7 @@ FAMILIES: tuple[Family, ...] = (
         "patch rows `(sum t*h*w, 3*2*16*16)` + `image_grid_thw`",
         _qwen_layout,
         "tiny-qwen3-vl",
+        recipes=("Qwen3-VL-4B-Instruct/", "Qwen3-VL-8B-Instruct/"),
     ),
     Family(
         "qwen3-vl-moe",
@@ -98,6 +102,7 @@ FAMILIES: tuple[Family, ...] = (
         "images `(n_images, C, H, W)`",
         _tiles_layout(),
         "tiny-gemma3",
+        recipes=("gemma-3-4b-it/",),
     ),
     Family(
         "smolvlm",
@@ -175,3 +180,29 @@ def pixel_layout(config, image_processor, strategy: str = "vepo") -> PixelLayout
             f"{', '.join(supported_families())}; or use selection_strategy='entropy' / 'full'."
         )
     return family.make_layout(image_processor, getattr(config, "config", config))
+
+
+def supported_models_table() -> str:
+    """The README's "Supported models" table, from this registry (a test keeps the README's copy equal to it)."""
+    from .perturb import PERTURBATIONS
+
+    # Every layout implements what a perturbation reads (units, black, noise, patches): each family takes them all
+    perturbations = f"all {len(PERTURBATIONS)}"
+    rows = [
+        "| family | model classes | `pixel_values` | perturbations | tested how | recipes |",
+        "|---|---|---|---|---|---|",
+    ]
+    for family in FAMILIES:
+        classes = ", ".join(f"`{name}`" for name in family.model_classes)
+        if family.trl_failure is None:
+            tested = (
+                f"`{family.tiny_model}`: TRL's GRPOTrainer and VEPO train; `full` = GRPO; identity gives 0; "
+                "perturbed pixels checked; `vepo-trl demo --model_family " + family.name + "`"
+            )
+        else:
+            tested = (
+                f"left out of training: {family.trl_failure}; its perturbations are checked on `{family.tiny_model}`"
+            )
+        recipes = ", ".join(f"`recipes/{path}`" for path in family.recipes) or "-"
+        rows.append(f"| {family.name} | {classes} | {family.pixel_values} | {perturbations} | {tested} | {recipes} |")
+    return "\n".join(rows) + "\n"

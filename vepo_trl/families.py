@@ -48,7 +48,8 @@ def _tiles_layout(**options) -> Callable:
 class Family:
     """One model family: its name, the `model_type`s and classes that belong to it, the layout of its `pixel_values`
     (for the README) and how to read its `perturb` layout off its image processor and config. `trl_failure` says why
-    TRL's own `GRPOTrainer` cannot train the family here (its adapter is kept and tested, training is left out)."""
+    TRL's own `GRPOTrainer` cannot train the family here (its adapter is kept and tested, training is left out);
+    `trl_limitation` which of TRL's settings fail on the family in `GRPOTrainer` itself."""
 
     name: str
     model_types: tuple[str, ...]
@@ -58,6 +59,7 @@ class Family:
     tiny_model: str
     trl_failure: str | None = None
     recipes: tuple[str, ...] = ()
+    trl_limitation: str | None = None
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -119,6 +121,12 @@ FAMILIES: tuple[Family, ...] = (
         "crops `(n_images, n_crops, C, H, W)` + `image_sizes`, zero crops are padding",
         _tiles_layout(),
         "tiny-llava-onevision",
+        trl_limitation=(
+            "TRL 1.16's GRPOTrainer fails whenever it runs a forward at rollout time (old log-probs when "
+            "steps_per_generation x num_iterations does not divide gradient_accumulation_steps, vLLM importance "
+            "sampling, a reference model with beta > 0): the processor's `batch_num_images` reaches "
+            "`_get_per_token_logps_and_entropies` as an unknown keyword"
+        ),
     ),
     Family(
         "internvl",
@@ -203,6 +211,8 @@ def supported_models_table() -> str:
             tested = (
                 f"left out of training: {family.trl_failure}; its perturbations are checked on `{family.tiny_model}`"
             )
+        if family.trl_limitation is not None:
+            tested += f". Limitation: {family.trl_limitation}"
         recipes = ", ".join(f"`recipes/{path}`" for path in family.recipes) or "-"
         rows.append(f"| {family.name} | {classes} | {family.pixel_values} | {perturbations} | {tested} | {recipes} |")
     return "\n".join(rows) + "\n"

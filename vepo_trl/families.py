@@ -98,6 +98,14 @@ FAMILIES: tuple[Family, ...] = (
         "tiny-qwen3-vl-moe",
     ),
     Family(
+        "qwen3.5",
+        ("qwen3_5",),
+        ("Qwen3_5ForConditionalGeneration",),
+        "patch rows `(sum t*h*w, 3*2*16*16)` + `image_grid_thw`",
+        _qwen_layout,
+        "tiny-qwen3.5",
+    ),
+    Family(
         "gemma3",
         ("gemma3",),
         ("Gemma3ForConditionalGeneration",),

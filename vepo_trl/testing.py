@@ -308,8 +308,12 @@ def _build_qwen_family(family: str, config: TinyModelConfig):
     import transformers
     from trl.chat_template_utils import qwen3_vl_chat_template
 
+    from trl.chat_template_utils import qwen3_5_nothink_chat_template
+
     qwen3 = family.startswith("qwen3")
     template = qwen3_vl_chat_template if qwen3 else QWEN2_5_VL_CHAT_TEMPLATE
+    if family == "qwen3.5":
+        template = qwen3_5_nothink_chat_template
     tokenizer = build_tokenizer(config.vocab_size, chat_template=template)
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in QWEN_SPECIAL_TOKENS}
     # Qwen3-VL: 16x16 patches normalised with mean = std = 0.5 (its processor's defaults on the Hub)
@@ -358,7 +362,19 @@ def _build_qwen_family(family: str, config: TinyModelConfig):
             "num_position_embeddings": 64,
             "deepstack_visual_indexes": [0],
         }
-        if family == "qwen3-vl-moe":
+        if family == "qwen3.5":
+            # Gated DeltaNet (linear attention) then full attention, as the real model alternates them (3:1 there)
+            text.update(
+                layer_types=["linear_attention", "full_attention"],
+                linear_num_key_heads=2,
+                linear_num_value_heads=4,
+                linear_key_head_dim=16,
+                linear_value_head_dim=16,
+            )
+            vision.pop("deepstack_visual_indexes")
+            model_config = transformers.Qwen3_5Config(text_config=text, vision_config=vision, **common)
+            model_class = transformers.Qwen3_5ForConditionalGeneration
+        elif family == "qwen3-vl-moe":
             text.update(moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1)
             model_config = transformers.Qwen3VLMoeConfig(text_config=text, vision_config=vision, **common)
             model_class = transformers.Qwen3VLMoeForConditionalGeneration
@@ -695,6 +711,7 @@ TINY_BUILDERS = {
     "qwen2.5-vl": _build_qwen2_5_vl,
     "qwen3-vl": _build_qwen_family,
     "qwen3-vl-moe": _build_qwen_family,
+    "qwen3.5": _build_qwen_family,
     "gemma3": _build_gemma3,
     "smolvlm": _build_smolvlm,
     "llava-onevision": _build_llava_onevision,

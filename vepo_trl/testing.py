@@ -306,9 +306,7 @@ def _generation_config(tokenizer, eos: list[str], pad: str, suppress: list[str])
 
 def _build_qwen_family(family: str, config: TinyModelConfig):
     import transformers
-    from trl.chat_template_utils import qwen3_vl_chat_template
-
-    from trl.chat_template_utils import qwen3_5_nothink_chat_template
+    from trl.chat_template_utils import qwen3_5_nothink_chat_template, qwen3_vl_chat_template
 
     qwen3 = family.startswith("qwen3")
     template = qwen3_vl_chat_template if qwen3 else QWEN2_5_VL_CHAT_TEMPLATE

@@ -145,6 +145,14 @@ FAMILIES: tuple[Family, ...] = (
         "tiny-internvl",
     ),
     Family(
+        "glm4v",
+        ("glm4v",),
+        ("Glm4vForConditionalGeneration",),
+        "patch rows `(sum t*h*w, 3*2*14*14)` + `image_grid_thw`",
+        _qwen_layout,
+        "tiny-glm4v",
+    ),
+    Family(
         "mistral3",
         ("mistral3",),
         ("Mistral3ForConditionalGeneration",),

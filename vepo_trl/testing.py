@@ -698,6 +698,86 @@ def _build_mistral3(family: str, config: TinyModelConfig):
     return model, processor
 
 
+GLM4V_SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "[gMASK]",
+    "<sop>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|begin_of_image|>",
+    "<|end_of_image|>",
+    "<|image|>",
+    "<|begin_of_video|>",
+    "<|end_of_video|>",
+    "<|video|>",
+)
+# GLM-4.1V's chat template, its user / assistant turns with image parts (the Hub template also renders tools, video)
+GLM4V_CHAT_TEMPLATE = (
+    "[gMASK]<sop>{% for message in messages %}<|{{ message['role'] }}|>\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' %}<|begin_of_image|><|image|><|end_of_image|>"
+    "{% elif content['type'] == 'text' %}{{ content['text'] }}{% endif %}{% endfor %}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+def _build_glm4v(family: str, config: TinyModelConfig):
+    from transformers import (
+        Glm4vConfig,
+        Glm4vForConditionalGeneration,
+        Glm4vImageProcessor,
+        Glm4vProcessor,
+        Glm4vVideoProcessor,
+    )
+
+    tokenizer = build_tokenizer(
+        config.vocab_size,
+        special_tokens=GLM4V_SPECIAL_TOKENS,
+        eos_token="<|user|>",  # GLM ends an assistant turn by starting the next user turn
+        pad_token="<|endoftext|>",
+        chat_template=GLM4V_CHAT_TEMPLATE,
+    )
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in GLM4V_SPECIAL_TOKENS}
+    # Qwen2-VL-style patch rows: 14 px patches, 2 temporal copies, merged 2x2 (as the real GLM-4.1V)
+    processor = Glm4vProcessor(
+        image_processor=Glm4vImageProcessor(size={"shortest_edge": 56 * 56, "longest_edge": 224 * 224}),
+        tokenizer=tokenizer,
+        video_processor=Glm4vVideoProcessor(),
+        chat_template=GLM4V_CHAT_TEMPLATE,
+    )
+    text = {
+        **_TEXT,
+        "vocab_size": len(tokenizer),
+        "max_position_embeddings": 4096,
+        "pad_token_id": ids["<|endoftext|>"],
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+    }
+    model_config = Glm4vConfig(
+        text_config=text,
+        vision_config={
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "out_hidden_size": 64,
+            "image_size": 56,
+            "patch_size": 14,
+        },
+        image_token_id=ids["<|image|>"],
+        video_token_id=ids["<|video|>"],
+        image_start_token_id=ids["<|begin_of_image|>"],
+        image_end_token_id=ids["<|end_of_image|>"],
+        video_start_token_id=ids["<|begin_of_video|>"],
+        video_end_token_id=ids["<|end_of_video|>"],
+    )
+    model = _seeded(Glm4vForConditionalGeneration, model_config, config.seed)
+    model.generation_config = _generation_config(
+        tokenizer, ["<|user|>", "<|endoftext|>"], "<|endoftext|>", ["<|image|>", "<|video|>"]
+    )
+    return model, processor
+
+
 def _build_qwen2_5_vl(family: str, config: TinyModelConfig):
     processor = build_processor(config)
     return build_model(processor, config), processor
@@ -714,6 +794,7 @@ TINY_BUILDERS = {
     "smolvlm": _build_smolvlm,
     "llava-onevision": _build_llava_onevision,
     "internvl": _build_internvl,
+    "glm4v": _build_glm4v,
     "mistral3": _build_mistral3,
 }
 

@@ -137,6 +137,14 @@ FAMILIES: tuple[Family, ...] = (
         ),
     ),
     Family(
+        "llava-next",
+        ("llava_next",),
+        ("LlavaNextForConditionalGeneration",),
+        "crops `(n_images, n_crops, C, H, W)` + `image_sizes`, zero crops are padding",
+        _tiles_layout(),
+        "tiny-llava-next",
+    ),
+    Family(
         "internvl",
         ("internvl",),
         ("InternVLForConditionalGeneration",),

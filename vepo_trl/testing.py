@@ -778,6 +778,62 @@ def _build_glm4v(family: str, config: TinyModelConfig):
     return model, processor
 
 
+def _build_llava_next(family: str, config: TinyModelConfig):
+    from transformers import (
+        LlavaNextConfig,
+        LlavaNextForConditionalGeneration,
+        LlavaNextImageProcessor,
+        LlavaNextProcessor,
+    )
+    from trl.chat_template_utils import llava_next_chat_template
+
+    special = ("<unk>", "<s>", "</s>", "<image>", "<pad>")
+    tokenizer = build_tokenizer(
+        config.vocab_size,
+        special_tokens=special,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        chat_template=llava_next_chat_template,
+    )
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in special}
+    # CLIP at 28 px (2x2 patches of 14 + CLS, dropped by the "default" feature strategy), any-resolution grids of up
+    # to 2x2 crops plus the resized whole image (the real LLaVA-NeXT: 336 px, 24x24 patches, up to 672 px grids)
+    pinpoints = [[28, 28], [28, 56], [56, 28], [56, 56]]
+    processor = LlavaNextProcessor(
+        image_processor=LlavaNextImageProcessor(
+            size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28}, image_grid_pinpoints=pinpoints
+        ),
+        tokenizer=tokenizer,
+        patch_size=14,
+        vision_feature_select_strategy="default",
+        chat_template=llava_next_chat_template,
+        num_additional_image_tokens=1,
+    )
+    text = {
+        **_TEXT,
+        "model_type": "mistral",
+        "vocab_size": len(tokenizer),
+        "head_dim": 16,
+        "sliding_window": None,
+        "pad_token_id": ids["<pad>"],
+        "eos_token_id": ids["</s>"],
+        "bos_token_id": ids["<s>"],
+    }
+    model_config = LlavaNextConfig(
+        text_config=text,
+        vision_config={**_VISION, "model_type": "clip_vision_model", "image_size": 28, "patch_size": 14},
+        image_token_index=ids["<image>"],
+        image_grid_pinpoints=pinpoints,
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+        image_seq_length=4,
+    )
+    model = _seeded(LlavaNextForConditionalGeneration, model_config, config.seed)
+    model.generation_config = _generation_config(tokenizer, ["</s>"], "<pad>", ["<image>"])
+    return model, processor
+
+
 def _build_qwen2_5_vl(family: str, config: TinyModelConfig):
     processor = build_processor(config)
     return build_model(processor, config), processor
@@ -793,6 +849,7 @@ TINY_BUILDERS = {
     "gemma3": _build_gemma3,
     "smolvlm": _build_smolvlm,
     "llava-onevision": _build_llava_onevision,
+    "llava-next": _build_llava_next,
     "internvl": _build_internvl,
     "glm4v": _build_glm4v,
     "mistral3": _build_mistral3,

@@ -60,6 +60,13 @@ def take_rows(inputs: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
         present = {key: inputs[key] for key in MULTIMODAL_KEYS if inputs.get(key) is not None}
         split = split_pixel_values_by_grid(present)
         per_row = [key for key, value in split.items() if isinstance(value, list) and key not in _SPLIT_KEYS]
+        batch_size = len(num_images)
+        for key in ("pixel_values", "pixel_attention_mask"):
+            # One padded entry per response (Idefics3 / SmolVLM tiles and their mask): TRL's split leaves them as they
+            # are (or splits only `pixel_values`), and its forward slices them by row, as here
+            if key not in per_row and isinstance(split.get(key), torch.Tensor) and split[key].size(0) == batch_size:
+                split = {**split, key: list(split[key].split(1))}
+                per_row.append(key)
         if sum(out["num_images"]) == 0:
             out.update(dict.fromkeys(per_row))
         else:

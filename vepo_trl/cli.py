@@ -2,6 +2,7 @@
 
 vepo-trl demo                      train VEPO on a tiny model and synthetic data on the CPU (~35 s on 2 cores)
 vepo-trl demo --warm_start         the same from the lab's warm start (SFT'd tiny VLM): a model the reward can improve
+vepo-trl demo --model_family F     the same on another family's tiny model (qwen3-vl, gemma3, smolvlm, ...)
 vepo-trl train --config R.yaml     train from a recipe (any key can be overridden: --selection_ratio 0.3)
 vepo-trl eval --model M            the paper's seven benchmarks, a Table-1 summary (alias: evaluate; --help)
 vepo-trl strategies                list the selection strategies and perturbations
@@ -88,6 +89,9 @@ def _print_short_help(command: str) -> None:
             "task,\nbuilt on first use in about 1.5 minutes and cached; recipe lab.yaml, output vepo-demo-warm/), so "
             "the reward has something to improve."
         )
+        from .families import trainable_families
+
+        print(f"--model_family F: the same demo on family F's tiny model (tiny-F), F one of {trainable_families()}.")
     else:
         print("\nTrain a vision-language model with VEPO. Options come from the recipe, then the command line.")
     print(
@@ -188,6 +192,16 @@ def _demo(argv: list[str]):
     torch.set_num_threads(1)
     warm = "--warm_start" in argv
     argv = [arg for arg in argv if arg != "--warm_start"]
+    if "--model_family" in argv:
+        # The same demo on another family's tiny model (`vepo_trl.families`): `tiny-<family>` as the model
+        from .families import FAMILIES, get_family, trainable_families
+
+        index = argv.index("--model_family")
+        family = argv[index + 1] if index + 1 < len(argv) else None
+        if family not in trainable_families():
+            reason = get_family(family).trl_failure if family in [f.name for f in FAMILIES] else None
+            _fail("demo", f"--model_family {family}: " + (reason or f"one of {', '.join(trainable_families())}."))
+        argv = [*argv[:index], *argv[index + 2 :], "--model_name_or_path", f"tiny-{family}"]
     recipe = resources.files("vepo_trl").joinpath(WARM_DEMO_RECIPE if warm else DEMO_RECIPE)
     with resources.as_file(recipe) as path:
         args = _parse("demo", ["--config", str(path), *argv])

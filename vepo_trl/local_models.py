@@ -1,6 +1,7 @@
 """Model names that stand for models built on this machine instead of downloaded: one place for every command.
 
-- `tiny-qwen2.5-vl`: the tiny random Qwen2.5-VL of `vepo_trl.testing` (the CPU demo and tests), built once and cached.
+- `tiny-qwen2.5-vl`: the tiny random Qwen2.5-VL of `vepo_trl.testing` (the CPU demo and tests), built once and cached;
+  `tiny-<family>` the same for every family of `vepo_trl.testing.TINY_BUILDERS` (`tiny-qwen3-vl`, `tiny-gemma3`, ...).
 - `lab-warm-start`: the lab's SFT'd small Qwen2.5-VL (`vepo_trl.lab.warm_start`), built on first use and cached.
 
 A folder of the same name in the working directory wins: the name then means that folder, as for any local path.
@@ -57,12 +58,24 @@ def _in_hub_cache(repo_id: str, filename: str, repo_type: str = "model") -> bool
         return False
 
 
+def tiny_model_names() -> list[str]:
+    """`tiny-<family>` for every family with a tiny offline model (`tiny-qwen2.5-vl` first)."""
+    from .testing import TINY_BUILDERS
+
+    return [TINY_MODEL, *(f"tiny-{family}" for family in TINY_BUILDERS if f"tiny-{family}" != TINY_MODEL)]
+
+
+def is_builtin_model(name: str) -> bool:
+    """Whether `name` stands for a model built on this machine (and no folder of that name is here)."""
+    return not os.path.isdir(name) and (name == LAB_MODEL or name in tiny_model_names())
+
+
 def check_model_name(name: str | None, what: str = "model_name_or_path") -> None:
     """Fail fast, with a `UsageError` naming the fix, on a model that cannot load: a missing local folder, a folder
     without `config.json`, or a Hub id that is neither in the local cache nor downloadable (offline)."""
     if not name:
         raise UsageError(f"{what} is not set: give a Hub id, a local model folder or {TINY_MODEL}.")
-    if name in (TINY_MODEL, LAB_MODEL):
+    if is_builtin_model(name):
         return
     path = Path(name).expanduser()
     if path.is_dir():
@@ -88,14 +101,16 @@ def check_model_name(name: str | None, what: str = "model_name_or_path") -> None
 def resolve_model_name(name: str) -> str:
     """The local path a built-in name stands for (building the model on first use); any other name is checked
     (`check_model_name`: a `UsageError` for a missing folder or an unreachable Hub id) and passes as is."""
-    if name == TINY_MODEL and not os.path.isdir(name):
+    if name.startswith("tiny-") and not os.path.isdir(name):
         from accelerate import PartialState
 
-        from .testing import tiny_model_path
+        from .testing import TINY_BUILDERS, tiny_model_path
 
-        # Under torch.distributed only rank 0 writes weights: it builds, the other ranks then find the folder
-        with PartialState().main_process_first():
-            return str(tiny_model_path())
+        family = name.removeprefix("tiny-")
+        if family in TINY_BUILDERS:
+            # Under torch.distributed only rank 0 writes weights: it builds, the other ranks then find the folder
+            with PartialState().main_process_first():
+                return str(tiny_model_path(family=family))
     if name == LAB_MODEL and not os.path.isdir(name):
         from .lab.warm_start import warm_start_path
 

@@ -1,10 +1,22 @@
-"""Image perturbations for VEPO's counterfactual pass, applied to a Qwen2.5-VL processor's `pixel_values`.
+"""Image perturbations for VEPO's counterfactual pass, applied to a processor's `pixel_values`.
 
-TRL keeps the processed `pixel_values` of a rollout, not the raw images, so the perturbations work there: each row is
-one 14x14 patch laid out as `(channel, temporal copy, 14, 14)` and normalised with the processor's per-channel mean
-and std. Pixel-space perturbations un-normalise to [0, 1], perturb, clamp and re-normalise, which equals perturbing
-the resized image and running the processor again. For a still image the processor stores the frame twice (the two
-temporal copies), so pixel-space noise is drawn once per pixel and shared by both copies.
+TRL keeps the processed `pixel_values` of a rollout, not the raw images, so the perturbations work there, on the
+normalised tensor, through a layout that knows its shape (`families.py` picks the layout of each model family):
+
+- `PixelLayout` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): each row is one patch laid out as `(channel, temporal copy, P, P)`
+  (P = 14, or 16 on Qwen3-VL). For a still image the processor stores the frame twice (the two temporal copies), so
+  pixel-space noise is drawn once per pixel and shared by both copies;
+- `ImageLayout` (Gemma 3, Idefics3 / SmolVLM, LLaVA-OneVision, InternVL, Mistral3): whole normalised tiles
+  `(..., C, H, W)`.
+
+Why on the normalised tensor and not on the image before the processor: the processor's resize is the only step
+between the two, and it runs before normalisation, so un-normalising to [0, 1] (the rescaled image), perturbing,
+clamping and re-normalising equals perturbing the resized image and running the processor again, exactly, on every
+family; and the raw images are gone by the time VEPO scores a rollout. So each perturbation means the same on every
+family: `diffusion` the same [0, 1]-space noise per pixel of the image the vision tower sees, `black_image` and
+`mean_image` the same colours, `patch_blackout` the model's own patches (a row of `PixelLayout`, a `patch_size`
+square of an `ImageLayout` tile), `gaussian` the release's noise on the normalised values. Tiled families perturb
+each tile (a crop or the downscaled whole image) on its own: the noise per pixel is the same law whatever the tiling.
 
 Every perturbation is seeded per image from the image's own content, the base seed and the training step: a response
 sees the same perturbed image whichever rows share its batch or process. Inputs are never modified.
@@ -24,6 +36,8 @@ from .utils import stable_seed
 
 __all__ = [
     "PixelLayout",
+    "ImageLayout",
+    "tile_seeds",
     "PERTURBATIONS",
     "register_perturbation",
     "get_perturbation",
@@ -53,12 +67,10 @@ class PixelLayout:
     @classmethod
     def from_image_processor(cls, image_processor) -> PixelLayout:
         """Read the layout off a `Qwen2VLImageProcessor` (or anything with the same attributes)."""
-        mean = image_processor.image_mean
-        std = image_processor.image_std
-        channels = len(mean) if isinstance(mean, (list, tuple)) else 3
+        mean, std = _stats_of(image_processor)
         return cls(
-            image_mean=tuple(mean) if isinstance(mean, (list, tuple)) else (float(mean),) * channels,
-            image_std=tuple(std) if isinstance(std, (list, tuple)) else (float(std),) * channels,
+            image_mean=mean,
+            image_std=std,
             patch_size=int(getattr(image_processor, "patch_size", 14)),
             temporal_patch_size=int(getattr(image_processor, "temporal_patch_size", 2)),
             merge_size=int(getattr(image_processor, "merge_size", 2)),
@@ -91,6 +103,92 @@ class PixelLayout:
         """One normalised row of black pixels (value 0 in [0, 1] space). `(row_size,)`"""
         unit = torch.zeros(1, self.channels, self.row_size // self.channels, device=device)
         return self.from_unit(unit, dtype)[0]
+
+    # -- what a perturbation needs, shaped like one image's rows ----------------------------------------------------
+
+    def black(self, rows: torch.Tensor) -> torch.Tensor:
+        """Black pixels shaped like `rows`, normalised."""
+        return self.black_row(rows.device, rows.dtype).expand_as(rows)
+
+    def pixel_noise(self, rows: torch.Tensor, grid, generator: torch.Generator) -> torch.Tensor:
+        """Standard normal noise, one draw per pixel of the resized frame, shaped like `to_unit(rows)`."""
+        return _pixel_noise(grid, self, generator, rows.device)
+
+    def patch_drop(self, rows: torch.Tensor, generator: torch.Generator, probability: float) -> torch.Tensor:
+        """`(R, 1)` bool: each of the model's patches (one row) dropped with `probability`."""
+        return (torch.rand(rows.shape[0], generator=generator, device=rows.device) < probability).unsqueeze(-1)
+
+
+@dataclass(frozen=True)
+class ImageLayout:
+    """`pixel_values` holding whole normalised images or tiles, channels before height and width (`(..., C, H, W)`):
+    Gemma 3 `(n_images, C, H, W)`, Idefics3 / SmolVLM `(B, n_tiles, C, H, W)`, LLaVA-OneVision
+    `(n_images, n_crops, C, H, W)`. The unit a perturbation sees is one tile `(C, H, W)`; the vision tower cuts it into
+    `patch_size` squares from the top-left corner (a remainder the patch convolution never reads stays as it is).
+
+    A tile whose values are all exactly 0 is padding (Idefics3 pads a sample's tiles with zeros and drops them by that
+    test; LLaVA-OneVision pads crops that `image_sizes` then skips): perturbations leave it as it is. With
+    `zero_tile_is_padding` the model itself drops all-zero tiles, so a perturbed tile that comes out all 0 (the mean
+    image) gets its first value set to the dtype's smallest normal number (1e-38 in fp32) to stay an image. With
+    `crop_to_image_sizes` (Mistral3 / Pixtral: images of one batch padded with zeros to the largest, `image_sizes` the
+    real height and width), only each image's own top-left `(h, w)` pixels are perturbed, seeded and noised, so a
+    prompt's perturbed image does not depend on what else is in its batch."""
+
+    image_mean: tuple[float, ...] = (0.5, 0.5, 0.5)
+    image_std: tuple[float, ...] = (0.5, 0.5, 0.5)
+    patch_size: int = 14
+    zero_tile_is_padding: bool = False
+    crop_to_image_sizes: bool = False
+
+    @classmethod
+    def from_image_processor(cls, image_processor, patch_size: int, **options) -> ImageLayout:
+        mean, std = _stats_of(image_processor)
+        return cls(image_mean=mean, image_std=std, patch_size=int(patch_size), **options)
+
+    @property
+    def channels(self) -> int:
+        return len(self.image_mean)
+
+    def _stats(self, tile: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean = torch.tensor(self.image_mean, dtype=torch.float32, device=tile.device).view(-1, 1, 1)
+        std = torch.tensor(self.image_std, dtype=torch.float32, device=tile.device).view(-1, 1, 1)
+        return mean, std
+
+    def to_unit(self, tile: torch.Tensor) -> torch.Tensor:
+        """A normalised tile `(C, H, W)` -> pixel values in [0, 1] space, fp32."""
+        mean, std = self._stats(tile)
+        return tile.float() * std + mean
+
+    def from_unit(self, unit: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        mean, std = self._stats(unit)
+        return ((unit - mean) / std).to(dtype)
+
+    def black(self, tile: torch.Tensor) -> torch.Tensor:
+        return self.from_unit(torch.zeros(self.channels, 1, 1, device=tile.device), tile.dtype).expand_as(tile)
+
+    def pixel_noise(self, tile: torch.Tensor, grid, generator: torch.Generator) -> torch.Tensor:
+        return torch.randn(tile.shape, generator=generator, device=tile.device)
+
+    def patch_drop(self, tile: torch.Tensor, generator: torch.Generator, probability: float) -> torch.Tensor:
+        """`(1, H, W)` bool: each `patch_size` square the vision tower reads dropped with `probability`."""
+        height, width = tile.shape[-2:]
+        p = self.patch_size
+        drop = torch.rand((height // p, width // p), generator=generator, device=tile.device) < probability
+        mask = torch.zeros((height, width), dtype=torch.bool, device=tile.device)
+        mask[: height // p * p, : width // p * p] = drop.repeat_interleave(p, 0).repeat_interleave(p, 1)
+        return mask.unsqueeze(0)
+
+
+def _stats_of(image_processor) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and std a processor normalises with (scalars repeated over 3 channels; mean 0, std 1 when
+    it does not normalise)."""
+    if getattr(image_processor, "do_normalize", True) is False:
+        return (0.0,) * 3, (1.0,) * 3
+    mean, std = image_processor.image_mean, image_processor.image_std
+    channels = len(mean) if isinstance(mean, (list, tuple)) else 3
+    mean = tuple(float(m) for m in mean) if isinstance(mean, (list, tuple)) else (float(mean),) * channels
+    std = tuple(float(v) for v in std) if isinstance(std, (list, tuple)) else (float(std),) * channels
+    return mean, std
 
 
 def patchify(frame: torch.Tensor, layout: PixelLayout) -> torch.Tensor:
@@ -219,7 +317,7 @@ def diffusion_noise(rows, grid, layout, generator, *, noise_step: int = 500, **_
     """The paper's perturbation: `I' = sqrt(abar) I + sqrt(1 - abar) eps` in [0, 1] pixel space, clamped."""
     alpha_bar = diffusion_alpha_bar(noise_step)
     unit = layout.to_unit(rows)
-    noise = _pixel_noise(grid, layout, generator, rows.device)
+    noise = layout.pixel_noise(rows, grid, generator)
     noisy = (math.sqrt(alpha_bar) * unit + math.sqrt(1.0 - alpha_bar) * noise).clamp_(0.0, 1.0)
     return layout.from_unit(noisy, rows.dtype)
 
@@ -257,33 +355,79 @@ def mean_image(rows, grid, layout, generator, **_):
 @register_perturbation("black_image")
 def black_image(rows, grid, layout, generator, **_):
     """Every pixel black (0 in [0, 1] space)."""
-    return layout.black_row(rows.device, rows.dtype).expand_as(rows).clone()
+    return layout.black(rows).clone()
 
 
 @register_perturbation("patch_blackout")
 def patch_blackout(rows, grid, layout, generator, *, patch_probability: float = 0.5, **_):
-    """Each 14x14 patch blacked out with probability `patch_probability` (VPPO: 0.5, PAPO: 0.6)."""
-    drop = torch.rand(rows.shape[0], generator=generator, device=rows.device) < patch_probability
-    return torch.where(drop.unsqueeze(-1), layout.black_row(rows.device, rows.dtype), rows)
+    """Each of the model's patches (14x14 on Qwen2.5-VL, 16x16 on Qwen3-VL) blacked out with probability
+    `patch_probability` (VPPO: 0.5, PAPO: 0.6)."""
+    return torch.where(layout.patch_drop(rows, generator, patch_probability), layout.black(rows), rows)
+
+
+def tile_seeds(tiles: torch.Tensor, seed: int, step: int) -> list[int]:
+    """One seed per tile `(N, C, H, W)` from its content (exact integer checksums, as `image_seeds`), its shape, the
+    base seed and the step."""
+    quantized = torch.round(tiles.detach().float() * 1024).long().flatten(1)
+    positions = torch.arange(1, quantized.shape[1] + 1, device=quantized.device)
+    sums = torch.stack([quantized.sum(-1), (quantized * positions).sum(-1)], -1).tolist()
+    shape = list(tiles.shape[1:])
+    return [stable_seed(seed, step, shape, a, b) for a, b in sums]
+
+
+def _perturb_tiles(
+    fn, pixel_values: torch.Tensor, layout: ImageLayout, image_sizes, seed: int, step: int, params
+) -> torch.Tensor:
+    if pixel_values.ndim < 3 or pixel_values.shape[-3] != layout.channels:
+        raise ValueError(
+            f"Expected pixel_values shaped (..., {layout.channels}, H, W), got {tuple(pixel_values.shape)}."
+        )
+    tiles = pixel_values.reshape(-1, *pixel_values.shape[-3:])
+    out = tiles.clone()
+    crop = layout.crop_to_image_sizes and image_sizes is not None
+    if crop and len(image_sizes) != tiles.shape[0]:
+        raise ValueError(f"{len(image_sizes)} image_sizes for {tiles.shape[0]} images in pixel_values.")
+    for index in range(tiles.shape[0]):
+        # The image's own pixels: the whole tile, or its top-left (h, w) when images are padded to the batch's largest
+        h, w = (int(v) for v in image_sizes[index]) if crop else tiles.shape[-2:]
+        tile = tiles[index, :, :h, :w]
+        if not bool((tile != 0).any()):
+            continue  # padding
+        generator = torch.Generator(device=pixel_values.device).manual_seed(tile_seeds(tile[None], seed, step)[0])
+        perturbed = fn(tile, None, layout, generator, **params)
+        if layout.zero_tile_is_padding and not bool((perturbed != 0).any()):
+            perturbed = perturbed.clone()
+            perturbed.view(-1)[0] = torch.finfo(perturbed.dtype).tiny  # still an image to a model that drops zeros
+        out[index, :, :h, :w] = perturbed
+    return out.view_as(pixel_values)
 
 
 def perturb_pixel_values(
     name: str,
     pixel_values: torch.Tensor,
-    image_grid_thw: torch.Tensor,
-    layout: PixelLayout | None = None,
+    image_grid_thw: torch.Tensor | None,
+    layout: PixelLayout | ImageLayout | None = None,
     *,
     seed: int = 0,
     step: int = 0,
+    image_sizes: torch.Tensor | None = None,
     **params,
 ) -> torch.Tensor:
-    """Perturb every image in a batch's `pixel_values` `(sum_i t*h*w, row_size)` with the named perturbation.
+    """Perturb every image in a batch's `pixel_values` with the named perturbation.
 
-    `params` go to the perturbation (`noise_step`, `sigma`, `patch_probability`); ones it does not use are ignored.
-    Returns a new tensor of the same shape and dtype.
+    With a `PixelLayout` (Qwen2-VL family), `pixel_values` are patch rows `(sum_i t*h*w, row_size)` and
+    `image_grid_thw` says which rows are which image; with an `ImageLayout` (every other family), `pixel_values`
+    are `(..., C, H, W)` tiles, each perturbed on its own (`image_grid_thw` is not used; `image_sizes` `(n, 2)` crops
+    each image's padding off when the layout says so, Mistral3 / Pixtral). `params` go to the
+    perturbation (`noise_step`, `sigma`, `patch_probability`); ones it does not use are ignored. Returns a new tensor
+    of the same shape and dtype.
     """
     layout = layout or PixelLayout()
     fn = get_perturbation(name)
+    if isinstance(layout, ImageLayout):
+        return _perturb_tiles(fn, pixel_values, layout, image_sizes, seed, step, params)
+    if image_grid_thw is None:
+        raise ValueError("Qwen2-VL-style pixel_values need their image_grid_thw.")
     if pixel_values.ndim != 2 or pixel_values.shape[1] != layout.row_size:
         raise ValueError(
             f"Expected Qwen2-VL-style pixel_values of shape (rows, {layout.row_size}), got {tuple(pixel_values.shape)}."

@@ -15,13 +15,15 @@ import torch
 from accelerate.utils import is_peft_model
 
 from .batch import MODEL_INPUT_KEYS, capture_final_hidden, completion_hidden, scoring_mode, sequence, take_rows
-from .perturb import PixelLayout, perturb_pixel_values
+from .families import pixel_layout
+from .perturb import ImageLayout, PixelLayout, perturb_pixel_values
 from .scoring import TokenSignals, scatter_to_rows, token_signals
 from .sharding import full_lm_head
 
 
-def check_vision_support(processing_class, strategy: str) -> None:
-    """Refuse, at start-up, a processor the perturbed pass cannot perturb the images of."""
+def check_vision_support(processing_class, strategy: str, model=None) -> PixelLayout | ImageLayout:
+    """Refuse, at start-up, a model whose images the perturbed pass cannot perturb; else return their layout
+    (`families.pixel_layout`). Without a model, the Qwen2-VL layout is read off the image processor."""
     from transformers import ProcessorMixin
 
     if not isinstance(processing_class, ProcessorMixin) or not hasattr(processing_class, "image_processor"):
@@ -30,13 +32,9 @@ def check_vision_support(processing_class, strategy: str) -> None:
             f"processing class ({type(processing_class).__name__}) has no image processor: the model looks "
             "text-only. Use a vision-language model and its processor, or selection_strategy='entropy' / 'full'."
         )
-    image_processor = processing_class.image_processor
-    if not all(hasattr(image_processor, name) for name in ("patch_size", "temporal_patch_size", "merge_size")):
-        raise ValueError(
-            f"selection_strategy={strategy!r} perturbs Qwen2-VL-style `pixel_values` (14x14 patches with "
-            f"`image_grid_thw`), but the image processor is a {type(image_processor).__name__}. Use a Qwen2-VL or "
-            "Qwen2.5-VL model, or selection_strategy='entropy' / 'full'."
-        )
+    if model is None:
+        return PixelLayout.from_image_processor(processing_class.image_processor)
+    return pixel_layout(model, processing_class.image_processor, strategy)
 
 
 def check_lm_head(model, head: torch.nn.Module) -> None:
@@ -54,7 +52,7 @@ class PerturbedPass:
     `model` (wrapped by accelerate after `train()` starts), `accelerator`, `args`, `processing_class`, `state`,
     `temperature`, `num_generations` and `current_noise_step()`."""
 
-    def __init__(self, host, pixel_layout: PixelLayout | None):
+    def __init__(self, host, pixel_layout: PixelLayout | ImageLayout | None):
         self.host = host
         self.pixel_layout = pixel_layout
         self._base_models: dict[int, torch.nn.Module] = {}
@@ -148,10 +146,11 @@ class PerturbedPass:
             perturbed_pixels = perturb_pixel_values(
                 args.perturbation,
                 row_inputs["pixel_values"],
-                row_inputs["image_grid_thw"],
+                row_inputs.get("image_grid_thw"),
                 self.pixel_layout,
                 seed=args.perturbation_seed,
                 step=host.state.global_step,
+                image_sizes=row_inputs.get("image_sizes"),
                 noise_step=host.current_noise_step(),
                 sigma=args.noise_sigma,
                 patch_probability=args.patch_probability,

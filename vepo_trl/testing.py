@@ -114,9 +114,19 @@ class TinyModelConfig:
     seed: int = 0
 
 
-def build_tokenizer(vocab_size: int = 600, corpus: Iterable[str] | None = None) -> PreTrainedTokenizerFast:
+def build_tokenizer(
+    vocab_size: int = 600,
+    corpus: Iterable[str] | None = None,
+    special_tokens: tuple[str, ...] = QWEN_SPECIAL_TOKENS,
+    *,
+    bos_token: str | None = None,
+    eos_token: str = "<|im_end|>",
+    pad_token: str = "<|endoftext|>",
+    chat_template: str = QWEN2_5_VL_CHAT_TEMPLATE,
+    extra_special_tokens: dict[str, str] | None = None,
+) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE tokenizer (Qwen's pre-tokenizer family) on `corpus` (default: the tiny model's) with
-    Qwen2.5-VL's special tokens appended."""
+    `special_tokens` appended (default: Qwen2.5-VL's, with its chat template); other families pass theirs."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tokenizer.decoder = decoders.ByteLevel()
@@ -126,18 +136,20 @@ def build_tokenizer(vocab_size: int = 600, corpus: Iterable[str] | None = None) 
         show_progress=False,
     )
     tokenizer.train_from_iterator(_CORPUS if corpus is None else corpus, trainer=trainer)
-    tokenizer.add_special_tokens(list(QWEN_SPECIAL_TOKENS))
+    tokenizer.add_special_tokens(list(special_tokens))
+    named = {bos_token, eos_token, pad_token}
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
-        bos_token=None,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
+        bos_token=bos_token,
+        eos_token=eos_token,
+        pad_token=pad_token,
         unk_token=None,
-        additional_special_tokens=list(QWEN_SPECIAL_TOKENS[1:]),
+        additional_special_tokens=[token for token in special_tokens if token not in named or token == eos_token],
         model_max_length=32768,
         padding_side="left",
-        chat_template=QWEN2_5_VL_CHAT_TEMPLATE,
+        chat_template=chat_template,
         clean_up_tokenization_spaces=False,
+        **({"extra_special_tokens": extra_special_tokens} if extra_special_tokens else {}),
     )
 
 
@@ -234,16 +246,19 @@ def save_tiny_qwen2_5_vl(path: str | os.PathLike, config: TinyModelConfig | None
     return path
 
 
-def tiny_model_path(cache_dir: str | os.PathLike | None = None, seed: int = 0) -> Path:
-    """A saved tiny model, built once per seed under `cache_dir` (default: `$VEPO_TRL_CACHE` or the user cache)."""
+def tiny_model_path(cache_dir: str | os.PathLike | None = None, seed: int = 0, family: str = "qwen2.5-vl") -> Path:
+    """A saved tiny model of `family`, built once per seed under `cache_dir` (default: `$VEPO_TRL_CACHE` or the user
+    cache)."""
+    if family not in TINY_BUILDERS:
+        raise ValueError(f"No tiny model for family {family!r}. Families: {', '.join(TINY_BUILDERS)}.")
     root = Path(cache_dir or os.environ.get("VEPO_TRL_CACHE") or Path.home() / ".cache" / "vepo_trl")
-    path = root / f"tiny-qwen2.5-vl-seed{seed}"
+    path = root / f"tiny-{family}-seed{seed}"
     if (path / "vepo_tiny.json").exists():
         return path
     # Several processes (accelerate launch) may build at once: each writes its own folder, the first rename wins
     staging = root / f".{path.name}.{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    save_tiny_qwen2_5_vl(staging, seed=seed)
+    save_tiny(family, staging, seed=seed)
     (staging / "vepo_tiny.json").write_text(json.dumps({"seed": seed}))
     try:
         os.rename(staging, path)
@@ -251,4 +266,610 @@ def tiny_model_path(cache_dir: str | os.PathLike | None = None, seed: int = 0) -
         if not (path / "vepo_tiny.json").exists():
             raise
         shutil.rmtree(staging, ignore_errors=True)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The other families: each a real config, model and processor at a tiny size, the tokenizer trained as above with the
+# family's special tokens, the chat template TRL ships for it (or the model's own)
+# ---------------------------------------------------------------------------------------------------------------------
+
+# Language-model dimensions shared by every family's tiny model (head_dim 16: M-RoPE sections [2, 3, 3])
+_TEXT = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "initializer_range": 0.2,  # peaked next-token distributions, as for the tiny Qwen2.5-VL
+}
+_VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}
+
+
+def _seeded(model_class, model_config, seed: int):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return model_class(model_config)
+
+
+def _generation_config(tokenizer, eos: list[str], pad: str, suppress: list[str]) -> GenerationConfig:
+    ids = tokenizer.convert_tokens_to_ids
+    return GenerationConfig(
+        eos_token_id=[ids(token) for token in eos],
+        pad_token_id=ids(pad),
+        do_sample=True,
+        temperature=1.0,
+        # A random model samples any token; a sampled image token would not match the image features
+        suppress_tokens=[ids(token) for token in suppress],
+    )
+
+
+def _build_qwen_family(family: str, config: TinyModelConfig):
+    import transformers
+    from trl.chat_template_utils import qwen3_5_nothink_chat_template, qwen3_vl_chat_template
+
+    qwen3 = family.startswith("qwen3")
+    template = qwen3_vl_chat_template if qwen3 else QWEN2_5_VL_CHAT_TEMPLATE
+    if family == "qwen3.5":
+        template = qwen3_5_nothink_chat_template
+    tokenizer = build_tokenizer(config.vocab_size, chat_template=template)
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in QWEN_SPECIAL_TOKENS}
+    # Qwen3-VL: 16x16 patches normalised with mean = std = 0.5 (its processor's defaults on the Hub)
+    patch = 16 if qwen3 else 14
+    stats = {"image_mean": [0.5] * 3, "image_std": [0.5] * 3} if qwen3 else {}
+    image_processor = Qwen2VLImageProcessor(
+        min_pixels=(2 * patch) ** 2, max_pixels=(8 * 2 * patch) ** 2, patch_size=patch, **stats
+    )
+    text = {
+        **_TEXT,
+        "vocab_size": len(tokenizer),
+        "max_position_embeddings": 4096,
+        "bos_token_id": ids["<|endoftext|>"],
+        "eos_token_id": ids["<|im_end|>"],
+        "pad_token_id": ids["<|endoftext|>"],
+        "tie_word_embeddings": False,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]},
+    }
+    common = {
+        "image_token_id": ids["<|image_pad|>"],
+        "video_token_id": ids["<|video_pad|>"],
+        "vision_start_token_id": ids["<|vision_start|>"],
+        "vision_end_token_id": ids["<|vision_end|>"],
+        "tie_word_embeddings": False,
+    }
+    if family == "qwen2-vl":
+        vision = {"depth": 2, "embed_dim": 32, "hidden_size": 64, "num_heads": 2, "mlp_ratio": 2}
+        model_config = transformers.Qwen2VLConfig(text_config=text, vision_config=vision, **common)
+        model_class = transformers.Qwen2VLForConditionalGeneration
+        processor = transformers.Qwen2VLProcessor(
+            image_processor=image_processor,
+            tokenizer=tokenizer,
+            video_processor=Qwen2VLVideoProcessor(),
+            chat_template=template,
+        )
+    else:
+        text.update(head_dim=16)
+        text["rope_parameters"] = {**text["rope_parameters"], "rope_theta": 5e6, "mrope_interleaved": True}
+        vision = {
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "out_hidden_size": 64,
+            "patch_size": 16,
+            "num_position_embeddings": 64,
+            "deepstack_visual_indexes": [0],
+        }
+        if family == "qwen3.5":
+            # Gated DeltaNet (linear attention) then full attention, as the real model alternates them (3:1 there)
+            text.update(
+                layer_types=["linear_attention", "full_attention"],
+                linear_num_key_heads=2,
+                linear_num_value_heads=4,
+                linear_key_head_dim=16,
+                linear_value_head_dim=16,
+            )
+            vision.pop("deepstack_visual_indexes")
+            model_config = transformers.Qwen3_5Config(text_config=text, vision_config=vision, **common)
+            model_class = transformers.Qwen3_5ForConditionalGeneration
+        elif family == "qwen3-vl-moe":
+            text.update(moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1)
+            model_config = transformers.Qwen3VLMoeConfig(text_config=text, vision_config=vision, **common)
+            model_class = transformers.Qwen3VLMoeForConditionalGeneration
+        else:
+            model_config = transformers.Qwen3VLConfig(text_config=text, vision_config=vision, **common)
+            model_class = transformers.Qwen3VLForConditionalGeneration
+        processor = transformers.Qwen3VLProcessor(
+            image_processor=image_processor,
+            tokenizer=tokenizer,
+            video_processor=transformers.Qwen3VLVideoProcessor(),
+            chat_template=template,
+        )
+    model = _seeded(model_class, model_config, config.seed)
+    model.generation_config = _generation_config(
+        tokenizer, ["<|im_end|>", "<|endoftext|>"], "<|endoftext|>", ["<|image_pad|>", "<|video_pad|>"]
+    )
+    return model, processor
+
+
+GEMMA3_SPECIAL_TOKENS = (
+    "<pad>",
+    "<eos>",
+    "<bos>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "<start_of_image>",
+    "<end_of_image>",
+    "<image_soft_token>",
+)
+
+
+def _build_gemma3(family: str, config: TinyModelConfig):
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessor, Gemma3Processor
+    from trl.chat_template_utils import gemma3_chat_template
+
+    tokenizer = build_tokenizer(
+        config.vocab_size,
+        special_tokens=GEMMA3_SPECIAL_TOKENS,
+        bos_token="<bos>",
+        eos_token="<end_of_turn>",
+        pad_token="<pad>",
+        chat_template=gemma3_chat_template,
+        extra_special_tokens={
+            "boi_token": "<start_of_image>",
+            "eoi_token": "<end_of_image>",
+            "image_token": "<image_soft_token>",
+        },
+    )
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in GEMMA3_SPECIAL_TOKENS}
+    # A 56x56 image, 14x14 patches (4x4), average-pooled to 2x2 = 4 soft tokens per image (the real: 896, 64x64, 256)
+    processor = Gemma3Processor(
+        image_processor=Gemma3ImageProcessor(size={"height": 56, "width": 56}),
+        tokenizer=tokenizer,
+        chat_template=gemma3_chat_template,
+        image_seq_length=4,
+    )
+    text = {
+        **_TEXT,
+        "vocab_size": len(tokenizer),
+        "head_dim": 16,
+        "query_pre_attn_scalar": 16,
+        "sliding_window": 64,
+        "pad_token_id": ids["<pad>"],
+        "eos_token_id": ids["<end_of_turn>"],
+        "bos_token_id": ids["<bos>"],
+    }
+    model_config = Gemma3Config(
+        text_config=text,
+        vision_config={**_VISION, "image_size": 56, "patch_size": 14},
+        mm_tokens_per_image=4,
+        boi_token_index=ids["<start_of_image>"],
+        eoi_token_index=ids["<end_of_image>"],
+        image_token_index=ids["<image_soft_token>"],
+    )
+    model = _seeded(Gemma3ForConditionalGeneration, model_config, config.seed)
+    # Gemma 3 initialises its image projection at zero (images change nothing until trained): a random one here, from
+    # the same seed, so that the tiny model sees its images as a trained one does
+    projection = model.model.multi_modal_projector.mm_input_projection_weight
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed + 1)
+        projection.normal_(0.0, projection.shape[0] ** -0.5)
+    model.generation_config = _generation_config(
+        tokenizer, ["<end_of_turn>", "<eos>"], "<pad>", ["<image_soft_token>", "<start_of_image>"]
+    )
+    return model, processor
+
+
+SMOLVLM_SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<end_of_utterance>",
+    "<fake_token_around_image>",
+    "<image>",
+    "<global-img>",
+    *(f"<row_{row}_col_{col}>" for row in range(1, 7) for col in range(1, 7)),
+)
+
+
+def _build_smolvlm(family: str, config: TinyModelConfig):
+    # SmolVLM's processor spells numbers with `num2words` (a dependency of the processor, not of VEPO)
+    from transformers import (
+        SmolVLMConfig,
+        SmolVLMForConditionalGeneration,
+        SmolVLMImageProcessor,
+        SmolVLMProcessor,
+        SmolVLMVideoProcessor,
+    )
+    from trl.chat_template_utils import smolvlm_chat_template
+
+    tokenizer = build_tokenizer(
+        config.vocab_size,
+        special_tokens=SMOLVLM_SPECIAL_TOKENS,
+        bos_token="<|im_start|>",
+        eos_token="<end_of_utterance>",
+        pad_token="<|endoftext|>",
+        chat_template=smolvlm_chat_template,
+    )
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SMOLVLM_SPECIAL_TOKENS}
+    # Images resized to at most 64 px and split into 32x32 tiles plus the downscaled whole image, 8x8 patches, pixel
+    # shuffle 2: 4 tokens per tile (the real SmolVLM2: 512 px tiles, patch 16, 64 tokens)
+    processor = SmolVLMProcessor(
+        image_processor=SmolVLMImageProcessor(
+            size={"longest_edge": 64}, max_image_size={"longest_edge": 32}, do_image_splitting=True
+        ),
+        tokenizer=tokenizer,
+        video_processor=SmolVLMVideoProcessor(),
+        chat_template=smolvlm_chat_template,
+        image_seq_len=4,
+    )
+    text = {
+        **_TEXT,
+        "model_type": "llama",
+        "vocab_size": len(tokenizer),
+        "pad_token_id": ids["<|endoftext|>"],
+        "eos_token_id": ids["<end_of_utterance>"],
+        "bos_token_id": ids["<|im_start|>"],
+    }
+    model_config = SmolVLMConfig(
+        text_config=text,
+        vision_config={**_VISION, "image_size": 32, "patch_size": 8},
+        scale_factor=2,
+        image_token_id=ids["<image>"],
+        pad_token_id=ids["<|endoftext|>"],
+    )
+    model = _seeded(SmolVLMForConditionalGeneration, model_config, config.seed)
+    model.generation_config = _generation_config(
+        tokenizer, ["<end_of_utterance>"], "<|endoftext|>", ["<image>", "<fake_token_around_image>", "<global-img>"]
+    )
+    return model, processor
+
+
+# LLaVA-OneVision's chat template (Qwen2 turns, `<image>` placeholders before the text), as its Hub processors ship it
+LLAVA_ONEVISION_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for content in message['content'] %}{% if content['type'] == 'image' %}<image>\n"
+    "{% elif content['type'] == 'text' %}{{ content['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _build_llava_onevision(family: str, config: TinyModelConfig):
+    from transformers import (
+        LlavaOnevisionConfig,
+        LlavaOnevisionForConditionalGeneration,
+        LlavaOnevisionImageProcessor,
+        LlavaOnevisionProcessor,
+        LlavaOnevisionVideoProcessor,
+    )
+
+    special = (*QWEN_SPECIAL_TOKENS, "<image>", "<video>")
+    tokenizer = build_tokenizer(config.vocab_size, special_tokens=special, chat_template=LLAVA_ONEVISION_CHAT_TEMPLATE)
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in special}
+    # Any-resolution crops of 28 px (2x2 patches of 14) on a grid of up to 2x2, plus the resized whole image
+    pinpoints = [[28, 28], [28, 56], [56, 28], [56, 56]]
+    processor = LlavaOnevisionProcessor(
+        image_processor=LlavaOnevisionImageProcessor(size={"height": 28, "width": 28}, image_grid_pinpoints=pinpoints),
+        tokenizer=tokenizer,
+        video_processor=LlavaOnevisionVideoProcessor(),
+        chat_template=LLAVA_ONEVISION_CHAT_TEMPLATE,
+        num_image_tokens=4,
+        vision_feature_select_strategy="full",
+    )
+    text = {
+        **_TEXT,
+        "model_type": "qwen2",
+        "vocab_size": len(tokenizer),
+        "pad_token_id": ids["<|endoftext|>"],
+        "eos_token_id": ids["<|im_end|>"],
+    }
+    model_config = LlavaOnevisionConfig(
+        text_config=text,
+        vision_config={**_VISION, "model_type": "siglip_vision_model", "image_size": 28, "patch_size": 14},
+        image_token_index=ids["<image>"],
+        video_token_index=ids["<video>"],
+        image_grid_pinpoints=pinpoints,
+        vision_feature_select_strategy="full",
+        vision_feature_layer=-1,
+    )
+    model = _seeded(LlavaOnevisionForConditionalGeneration, model_config, config.seed)
+    model.generation_config = _generation_config(
+        tokenizer, ["<|im_end|>", "<|endoftext|>"], "<|endoftext|>", ["<image>", "<video>"]
+    )
+    return model, processor
+
+
+# InternVL's chat template (Qwen2 turns; the processor expands each `<IMG_CONTEXT>` into the image's tiles' tokens)
+INTERNVL_CHAT_TEMPLATE = LLAVA_ONEVISION_CHAT_TEMPLATE.replace("<image>", "<IMG_CONTEXT>")
+
+
+def _build_internvl(family: str, config: TinyModelConfig):
+    from transformers import (
+        GotOcr2ImageProcessor,
+        InternVLConfig,
+        InternVLForConditionalGeneration,
+        InternVLProcessor,
+        InternVLVideoProcessor,
+    )
+
+    special = (*QWEN_SPECIAL_TOKENS, "<img>", "</img>", "<IMG_CONTEXT>", "<video>")
+    tokenizer = build_tokenizer(
+        config.vocab_size,
+        special_tokens=special,
+        chat_template=INTERNVL_CHAT_TEMPLATE,
+        extra_special_tokens={
+            "start_image_token": "<img>",
+            "end_image_token": "</img>",
+            "context_image_token": "<IMG_CONTEXT>",
+            "video_token": "<video>",
+        },
+    )
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in special}
+    # 28 px tiles (2x2 patches of 14, pixel-shuffled to 1 token), 1 to 4 tiles plus a thumbnail per image (the real
+    # InternVL3: 448 px tiles, 256 tokens, up to 12 tiles)
+    processor = InternVLProcessor(
+        image_processor=GotOcr2ImageProcessor(
+            size={"height": 28, "width": 28}, crop_to_patches=True, min_patches=1, max_patches=4
+        ),
+        tokenizer=tokenizer,
+        video_processor=InternVLVideoProcessor(),
+        image_seq_length=1,
+        chat_template=INTERNVL_CHAT_TEMPLATE,
+    )
+    text = {
+        **_TEXT,
+        "model_type": "qwen2",
+        "vocab_size": len(tokenizer),
+        "pad_token_id": ids["<|endoftext|>"],
+        "eos_token_id": ids["<|im_end|>"],
+    }
+    model_config = InternVLConfig(
+        text_config=text,
+        vision_config={**_VISION, "image_size": [28, 28], "patch_size": [14, 14]},
+        image_token_id=ids["<IMG_CONTEXT>"],
+        image_seq_length=1,
+        downsample_ratio=0.5,
+        tie_word_embeddings=False,
+    )
+    model = _seeded(InternVLForConditionalGeneration, model_config, config.seed)
+    model.generation_config = _generation_config(
+        tokenizer, ["<|im_end|>", "<|endoftext|>"], "<|endoftext|>", ["<IMG_CONTEXT>", "<img>", "</img>"]
+    )
+    return model, processor
+
+
+MISTRAL3_SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[IMG]", "[IMG_BREAK]", "[IMG_END]", "<pad>")
+# Mistral's instruct format with image parts, as Mistral-Small-3.1's template renders a user turn with images
+MISTRAL3_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}[INST]"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' %}[IMG]{% elif content['type'] == 'text' %}{{ content['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}[/INST]"
+    "{% elif message['role'] == 'assistant' %}{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for content in message['content'] %}{{ content['text'] }}{% endfor %}{% endif %}{{ eos_token }}"
+    "{% endif %}{% endfor %}"
+)
+
+
+def _build_mistral3(family: str, config: TinyModelConfig):
+    from transformers import (
+        Mistral3Config,
+        Mistral3ForConditionalGeneration,
+        PixtralImageProcessor,
+        PixtralProcessor,
+    )
+
+    tokenizer = build_tokenizer(
+        config.vocab_size,
+        special_tokens=MISTRAL3_SPECIAL_TOKENS,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        chat_template=MISTRAL3_CHAT_TEMPLATE,
+    )
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in MISTRAL3_SPECIAL_TOKENS}
+    # Images at their own aspect ratio up to 64 px, 8x8 patches merged 2x2 (the real: 1540 px, 14 px patches)
+    processor = PixtralProcessor(
+        image_processor=PixtralImageProcessor(size={"longest_edge": 64}, patch_size=8),
+        tokenizer=tokenizer,
+        patch_size=8,
+        spatial_merge_size=2,
+        chat_template=MISTRAL3_CHAT_TEMPLATE,
+    )
+    text = {
+        **_TEXT,
+        "model_type": "mistral",
+        "vocab_size": len(tokenizer),
+        "head_dim": 16,
+        "sliding_window": None,
+        "pad_token_id": ids["<pad>"],
+        "eos_token_id": ids["</s>"],
+        "bos_token_id": ids["<s>"],
+    }
+    model_config = Mistral3Config(
+        text_config=text,
+        vision_config={**_VISION, "model_type": "pixtral", "head_dim": 16, "image_size": 64, "patch_size": 8},
+        image_token_index=ids["[IMG]"],
+        spatial_merge_size=2,
+        tie_word_embeddings=False,
+    )
+    model = _seeded(Mistral3ForConditionalGeneration, model_config, config.seed)
+    model.generation_config = _generation_config(tokenizer, ["</s>"], "<pad>", ["[IMG]", "[IMG_BREAK]", "[IMG_END]"])
+    return model, processor
+
+
+GLM4V_SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "[gMASK]",
+    "<sop>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|begin_of_image|>",
+    "<|end_of_image|>",
+    "<|image|>",
+    "<|begin_of_video|>",
+    "<|end_of_video|>",
+    "<|video|>",
+)
+# GLM-4.1V's chat template, its user / assistant turns with image parts (the Hub template also renders tools, video)
+GLM4V_CHAT_TEMPLATE = (
+    "[gMASK]<sop>{% for message in messages %}<|{{ message['role'] }}|>\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' %}<|begin_of_image|><|image|><|end_of_image|>"
+    "{% elif content['type'] == 'text' %}{{ content['text'] }}{% endif %}{% endfor %}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+def _build_glm4v(family: str, config: TinyModelConfig):
+    from transformers import (
+        Glm4vConfig,
+        Glm4vForConditionalGeneration,
+        Glm4vImageProcessor,
+        Glm4vProcessor,
+        Glm4vVideoProcessor,
+    )
+
+    tokenizer = build_tokenizer(
+        config.vocab_size,
+        special_tokens=GLM4V_SPECIAL_TOKENS,
+        eos_token="<|user|>",  # GLM ends an assistant turn by starting the next user turn
+        pad_token="<|endoftext|>",
+        chat_template=GLM4V_CHAT_TEMPLATE,
+    )
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in GLM4V_SPECIAL_TOKENS}
+    # Qwen2-VL-style patch rows: 14 px patches, 2 temporal copies, merged 2x2 (as the real GLM-4.1V)
+    processor = Glm4vProcessor(
+        image_processor=Glm4vImageProcessor(size={"shortest_edge": 56 * 56, "longest_edge": 224 * 224}),
+        tokenizer=tokenizer,
+        video_processor=Glm4vVideoProcessor(),
+        chat_template=GLM4V_CHAT_TEMPLATE,
+    )
+    text = {
+        **_TEXT,
+        "vocab_size": len(tokenizer),
+        "max_position_embeddings": 4096,
+        "pad_token_id": ids["<|endoftext|>"],
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+    }
+    model_config = Glm4vConfig(
+        text_config=text,
+        vision_config={
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "out_hidden_size": 64,
+            "image_size": 56,
+            "patch_size": 14,
+        },
+        image_token_id=ids["<|image|>"],
+        video_token_id=ids["<|video|>"],
+        image_start_token_id=ids["<|begin_of_image|>"],
+        image_end_token_id=ids["<|end_of_image|>"],
+        video_start_token_id=ids["<|begin_of_video|>"],
+        video_end_token_id=ids["<|end_of_video|>"],
+    )
+    model = _seeded(Glm4vForConditionalGeneration, model_config, config.seed)
+    model.generation_config = _generation_config(
+        tokenizer, ["<|user|>", "<|endoftext|>"], "<|endoftext|>", ["<|image|>", "<|video|>"]
+    )
+    return model, processor
+
+
+def _build_llava_next(family: str, config: TinyModelConfig):
+    from transformers import (
+        LlavaNextConfig,
+        LlavaNextForConditionalGeneration,
+        LlavaNextImageProcessor,
+        LlavaNextProcessor,
+    )
+    from trl.chat_template_utils import llava_next_chat_template
+
+    special = ("<unk>", "<s>", "</s>", "<image>", "<pad>")
+    tokenizer = build_tokenizer(
+        config.vocab_size,
+        special_tokens=special,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        chat_template=llava_next_chat_template,
+    )
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in special}
+    # CLIP at 28 px (2x2 patches of 14 + CLS, dropped by the "default" feature strategy), any-resolution grids of up
+    # to 2x2 crops plus the resized whole image (the real LLaVA-NeXT: 336 px, 24x24 patches, up to 672 px grids)
+    pinpoints = [[28, 28], [28, 56], [56, 28], [56, 56]]
+    processor = LlavaNextProcessor(
+        image_processor=LlavaNextImageProcessor(
+            size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28}, image_grid_pinpoints=pinpoints
+        ),
+        tokenizer=tokenizer,
+        patch_size=14,
+        vision_feature_select_strategy="default",
+        chat_template=llava_next_chat_template,
+        num_additional_image_tokens=1,
+    )
+    text = {
+        **_TEXT,
+        "model_type": "mistral",
+        "vocab_size": len(tokenizer),
+        "head_dim": 16,
+        "sliding_window": None,
+        "pad_token_id": ids["<pad>"],
+        "eos_token_id": ids["</s>"],
+        "bos_token_id": ids["<s>"],
+    }
+    model_config = LlavaNextConfig(
+        text_config=text,
+        vision_config={**_VISION, "model_type": "clip_vision_model", "image_size": 28, "patch_size": 14},
+        image_token_index=ids["<image>"],
+        image_grid_pinpoints=pinpoints,
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+        image_seq_length=4,
+    )
+    model = _seeded(LlavaNextForConditionalGeneration, model_config, config.seed)
+    model.generation_config = _generation_config(tokenizer, ["</s>"], "<pad>", ["<image>"])
+    return model, processor
+
+
+def _build_qwen2_5_vl(family: str, config: TinyModelConfig):
+    processor = build_processor(config)
+    return build_model(processor, config), processor
+
+
+# Family name (`families.FAMILIES`) -> builder of its tiny model and processor
+TINY_BUILDERS = {
+    "qwen2-vl": _build_qwen_family,
+    "qwen2.5-vl": _build_qwen2_5_vl,
+    "qwen3-vl": _build_qwen_family,
+    "qwen3-vl-moe": _build_qwen_family,
+    "qwen3.5": _build_qwen_family,
+    "gemma3": _build_gemma3,
+    "smolvlm": _build_smolvlm,
+    "llava-onevision": _build_llava_onevision,
+    "llava-next": _build_llava_next,
+    "internvl": _build_internvl,
+    "glm4v": _build_glm4v,
+    "mistral3": _build_mistral3,
+}
+
+
+def build_tiny(family: str, config: TinyModelConfig | None = None, **overrides):
+    """The tiny model and processor of `family` (a name of `TINY_BUILDERS`); overrides as `build_tiny_qwen2_5_vl`."""
+    if family not in TINY_BUILDERS:
+        raise ValueError(f"No tiny model for family {family!r}. Families: {', '.join(TINY_BUILDERS)}.")
+    config = config or TinyModelConfig()
+    if overrides:
+        config = TinyModelConfig(**{**config.__dict__, **overrides})
+    return TINY_BUILDERS[family](family, config)
+
+
+def save_tiny(family: str, path: str | os.PathLike, config: TinyModelConfig | None = None, **overrides) -> Path:
+    """Build `family`'s tiny model and save it with its processor to `path`, loadable with `from_pretrained(path)`."""
+    model, processor = build_tiny(family, config, **overrides)
+    path = Path(path)
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
     return path

@@ -249,8 +249,11 @@ def load_dataset_split(name: str, split: str, script_args: VEPOScriptArguments, 
 
 
 def freeze_vision_tower(model) -> int:
-    """Freeze the vision encoder (and its patch merger); returns how many parameters were frozen."""
-    tower = getattr(getattr(model, "model", None), "visual", None) or getattr(model, "visual", None)
+    """Freeze the vision encoder (and Qwen's patch merger); returns how many parameters were frozen."""
+    inner = getattr(model, "model", None)
+    # Qwen-VL calls it `visual`, Gemma 3 / LLaVA / InternVL / Mistral3 `vision_tower`, Idefics3 / SmolVLM `vision_model`
+    names = ("visual", "vision_tower", "vision_model")
+    tower = next((getattr(m, n) for m in (inner, model) for n in names if getattr(m, n, None) is not None), None)
     if tower is None:
         raise ValueError(
             f"{type(model).__name__} has no vision tower (`model.visual`) to freeze; set freeze_vision_tower false."

@@ -29,7 +29,7 @@ from .batch import has_active_dropout, loss_mask, row_images
 from .config import VEPOConfig
 from .local_models import resolve_model_name
 from .model_card import build_model_card
-from .perturb import PixelLayout, annealed_noise_step, get_perturbation
+from .perturb import annealed_noise_step, get_perturbation
 from .perturbed_pass import PerturbedPass, check_lm_head, check_vision_support
 from .scoring import TOKEN_COUNT_NORMALISED_LOSSES, get_strategy
 from .selection_pipeline import COUNT_SCALE_KEY, SELECTION_KEY, SelectionPipeline
@@ -84,8 +84,7 @@ class VEPOTrainer(GRPOTrainer):
         self._pending_forward = None
         layout = None
         if self.selection.needs_perturbed_pass:
-            check_vision_support(self.processing_class, args.selection_strategy)
-            layout = PixelLayout.from_image_processor(self.processing_class.image_processor)
+            layout = check_vision_support(self.processing_class, args.selection_strategy, self.model)
         self.perturbed_pass = PerturbedPass(self, layout)
         check_lm_head(self.model, self.perturbed_pass.lm_head(self.model))
         self.selection_pipeline = SelectionPipeline(

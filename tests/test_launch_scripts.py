@@ -8,7 +8,14 @@ import subprocess
 import pytest
 from accelerate.commands.launch import launch_command_parser
 
-from .test_recipes import COMPLETIONS_PER_ROLLOUT, COMPLETIONS_PER_STEP, RECIPES, parse_argv
+from .test_recipes import (
+    COMPLETIONS_PER_ROLLOUT,
+    COMPLETIONS_PER_STEP,
+    RECIPES,
+    accelerate_argv,
+    parse_argv,
+    world_size,
+)
 
 
 SLURM = RECIPES / "slurm" / "train.slurm"
@@ -27,16 +34,14 @@ def dry_run(script, *args, **env):
     return result, [shlex.split(line) for line in result.stdout.splitlines() if line.strip()]
 
 
-def training_run(accelerate_argv, monkeypatch):
-    """accelerate's launch arguments and the training script's, from `accelerate launch ... vepo_trl/train.py ...`,
-    the latter parsed as each of the launch's processes would (GRPOConfig checks the batch against the world size)."""
-    from transformers import TrainingArguments
-
-    start = accelerate_argv.index("launch") + 1
-    launch = launch_command_parser().parse_args(accelerate_argv[start:])
+def training_run(command, node=0):
+    """accelerate's launch arguments and the training script's, from a printed command that starts
+    `accelerate launch ... vepo_trl/train.py ...`, the latter parsed as each of the launch's processes would."""
+    argv = accelerate_argv(command, node)
+    launch = launch_command_parser().parse_args(argv[2:])
     assert launch.training_script == "vepo_trl/train.py"
-    monkeypatch.setattr(TrainingArguments, "world_size", property(lambda self: launch.num_processes))
-    _, training_args, _ = parse_argv(launch.training_script_args)
+    with world_size(launch.num_processes):
+        _, training_args, _ = parse_argv(launch.training_script_args)
     return launch, training_args
 
 
@@ -48,21 +53,20 @@ def check_batches(training_args, gpus):
 
 
 @pytest.mark.parametrize("nodes", [1, 2, 3, 4])
-def test_slurm_multinode_launch(nodes, monkeypatch):
+def test_slurm_multinode_launch(nodes):
     result, commands = dry_run(
         SLURM, "Qwen2.5-VL-7B-Instruct", "vepo/config_paper", "zero2", SLURM_JOB_NUM_NODES=nodes
     )
     assert result.returncode == 0, result.stderr
     (srun,) = commands
-    inner = shlex.split(srun[srun.index("-c") + 1].replace("$SLURM_NODEID", "0"))
-    launch, training_args = training_run(inner, monkeypatch)
+    launch, training_args = training_run(srun)
     assert (launch.num_machines, launch.num_processes, launch.machine_rank) == (nodes, 8 * nodes, 0)
     assert launch.main_process_ip == "node0" and launch.config_file.endswith("zero2.yaml")
     check_batches(training_args, 8 * nodes)
     assert training_args.use_vllm and training_args.vllm_mode == "colocate"  # the recipe's own generation
 
 
-def test_slurm_with_a_vllm_node(monkeypatch):
+def test_slurm_with_a_vllm_node():
     result, commands = dry_run(
         SLURM, "Qwen2.5-VL-7B-Instruct", "vepo/config_paper", "zero3", "--vllm_node", SLURM_JOB_NUM_NODES=3
     )
@@ -70,8 +74,7 @@ def test_slurm_with_a_vllm_node(monkeypatch):
     serve = next(c for c in commands if "vllm-serve" in c)
     train = next(c for c in commands if "bash" in c)
     assert serve[serve.index("trl") :][:3] == ["trl", "vllm-serve", "--model"] and "--nodelist=node2" in serve
-    inner = shlex.split(train[train.index("-c") + 1].replace("$SLURM_NODEID", "1"))
-    launch, training_args = training_run(inner, monkeypatch)
+    launch, training_args = training_run(train, node=1)
     assert (launch.num_machines, launch.num_processes, launch.machine_rank) == (2, 16, 1)
     assert training_args.vllm_mode == "server" and training_args.vllm_server_host == "node2"
     check_batches(training_args, 16)
@@ -87,7 +90,7 @@ def test_slurm_refuses_what_cannot_keep_the_paper_batch():
 
 
 @pytest.mark.parametrize("vllm_gpus, train_gpus", [(2, 6), (4, 4)])
-def test_vllm_server_launch_on_one_node(vllm_gpus, train_gpus, monkeypatch):
+def test_vllm_server_launch_on_one_node(vllm_gpus, train_gpus):
     result, commands = dry_run(
         SERVER, "Qwen2.5-VL-3B-Instruct", "vepo/config_paper", "zero2", "--output_dir", "data/x", VLLM_GPUS=vllm_gpus
     )
@@ -98,7 +101,7 @@ def test_vllm_server_launch_on_one_node(vllm_gpus, train_gpus, monkeypatch):
     assert serve[1] == "CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(train_gpus, 8))
     assert train[1] == "CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(train_gpus)), devices
     assert serve[serve.index("--data_parallel_size") + 1] == str(vllm_gpus)
-    launch, training_args = training_run(train[2:], monkeypatch)
+    launch, training_args = training_run(train)
     assert launch.num_processes == train_gpus
     assert training_args.vllm_mode == "server" and training_args.output_dir == "data/x"
     check_batches(training_args, train_gpus)

@@ -1,6 +1,7 @@
 """The recipes: each YAML file parses into the training script's dataclasses with the paper's settings, each accelerate
 config loads the way `accelerate launch` loads it, and every command in recipes/README.md names real files and flags."""
 
+import contextlib
 import dataclasses
 import importlib.util
 import itertools
@@ -364,6 +365,27 @@ def evaluate_flags(capsys):
     return set(re.findall(r"--\w+", capsys.readouterr().out))
 
 
+@contextlib.contextmanager
+def world_size(processes: int):
+    """Parse as each of `processes` launched processes would: GRPOConfig checks the batch against the world size."""
+    from transformers import TrainingArguments
+
+    original = TrainingArguments.world_size
+    TrainingArguments.world_size = property(lambda self: processes)
+    try:
+        yield
+    finally:
+        TrainingArguments.world_size = original
+
+
+def accelerate_argv(command: list[str], node: int = 0) -> list[str] | None:
+    """`accelerate launch ...` of a command a launcher printed under DRY_RUN (srun's `bash -c` unwrapped as machine
+    `node` runs it), or `None` for a command that starts no accelerate launch."""
+    if "-c" in command:
+        command = shlex.split(command[command.index("-c") + 1].replace("$SLURM_NODEID", str(node)))
+    return command[command.index("accelerate") :] if "accelerate" in command else None
+
+
 def check_training_args(argv, num_processes):
     flags = [token for token in argv if token.startswith("-")]
     assert set(flag[2:] for flag in flags) <= TRAINING_FLAGS, flags
@@ -415,21 +437,13 @@ def test_readme_command(command, capsys):
             tokens = ["bash", *tokens[tokens.index("--nodes") + 2 :]]
         result = subprocess.run(tokens, capture_output=True, text=True, cwd=REPO, env=env, timeout=30)
         assert result.returncode == 0, result.stderr
-        launches = [shlex.split(line) for line in result.stdout.splitlines() if "accelerate" in line]
+        launches = [accelerate_argv(shlex.split(line)) for line in result.stdout.splitlines()]
+        launches = [launch for launch in launches if launch]
         assert launches, result.stdout
         for launch in launches:
-            if "-c" in launch:  # srun ... bash -c "accelerate launch ..."
-                launch = shlex.split(launch[launch.index("-c") + 1].replace("$SLURM_NODEID", "0"))
-            launch = launch[launch.index("accelerate") :]
             args = launch_command_parser().parse_args(launch[2:])
-            from transformers import TrainingArguments
-
-            original = TrainingArguments.world_size
-            TrainingArguments.world_size = property(lambda self, n=args.num_processes: n)
-            try:
+            with world_size(args.num_processes):
                 check_training_args(args.training_script_args, args.num_processes)
-            finally:
-                TrainingArguments.world_size = original
     else:
         pytest.fail(f"recipes/README.md shows a command this test does not check: {command}")
 

@@ -18,7 +18,7 @@ from .batch import MODEL_INPUT_KEYS, capture_final_hidden, completion_hidden, sc
 from .families import pixel_layout
 from .perturb import ImageLayout, PixelLayout, perturb_pixel_values
 from .scoring import TokenSignals, scatter_to_rows, token_signals
-from .sharding import full_lm_head
+from .sharding import dummy_image, full_lm_head
 
 
 def check_vision_support(processing_class, strategy: str, model=None) -> PixelLayout | ImageLayout:
@@ -101,13 +101,10 @@ class PerturbedPass:
         FSDP parameter gathers of the language model AND the vision tower) as a real one. Built once, kept on the
         device."""
         if self._dummy_inputs is None:
-            from PIL import Image
-
             processor = self.host.processing_class
-            image = Image.new("RGB", (56, 56), (127, 127, 127))
             messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "."}]}]
             text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            encoded = processor(images=[image], text=[text], return_tensors="pt")
+            encoded = processor(images=[dummy_image()], text=[text], return_tensors="pt")
             device = self.host.accelerator.device
             self._dummy_inputs = {k: v.to(device) for k, v in encoded.items() if isinstance(v, torch.Tensor)}
         with scoring_mode(model), self.host.accelerator.autocast():

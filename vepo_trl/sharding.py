@@ -76,6 +76,14 @@ def full_lm_head(model: torch.nn.Module, head: torch.nn.Module):
         yield
 
 
+def dummy_image():
+    """The small mid-grey image of every stand-in vision forward (a process with nothing to score, a process without
+    an image beside one with): the processor resizes it to its own bounds."""
+    from PIL import Image
+
+    return Image.new("RGB", (56, 56), (127, 127, 127))
+
+
 def _named_child(module: torch.nn.Module, names) -> torch.nn.Module | None:
     for name in names:
         child = getattr(module, name, None)
@@ -127,11 +135,8 @@ class VisionTowerAlignment:
     def for_model(cls, model: torch.nn.Module, processing_class) -> VisionTowerAlignment:
         """Hooks on a transformers vision-language model (`...ForConditionalGeneration`), with the dummy image made by
         its own processor."""
-        from PIL import Image
-
         inner = model.get_decoder() if not hasattr(model, "model") else model.model
-        image = Image.new("RGB", (56, 56), (127, 127, 127))
-        encoded = processing_class.image_processor(images=[image], return_tensors="pt")
+        encoded = processing_class.image_processor(images=[dummy_image()], return_tensors="pt")
         alignment = cls(inner, {key: value for key, value in encoded.items() if isinstance(value, torch.Tensor)})
         alignment._wrap_generation(model)
         return alignment

@@ -1,5 +1,6 @@
 """The laptop lab: tasks whose answers are in the pixels, the warm start's cache, and `vepo-trl lab --quick`."""
 
+import hashlib
 import json
 import random
 import time
@@ -119,15 +120,22 @@ def test_lab_quick_end_to_end(tmp_path, monkeypatch, capsys, shared_cache):
     main(["lab", "--quick", "--output_dir", str(tmp_path / "lab")])
     seconds = time.perf_counter() - start
     lab = json.loads((tmp_path / "lab" / "lab.json").read_text())
-    assert set(lab["summary"]) == {"full", "vepo"}
+    assert set(lab["summary"]) == {"full", "vepo:0.2"}
+    assert lab["settings"]["warm_start"]["task"] == "squares"
+    runs = {run["strategy"]: run for run in lab["runs"]}
     for run in lab["runs"]:
         assert 0.0 <= run["accuracy_after"] <= 1.0 and run["steps"] >= 1
         assert run["curve"], "no reward was logged"
-    # full trains on every token; a top-20% rule on about a fifth
+        assert len(run["correct_after"]) == lab["settings"]["eval_rows"]
+    # full trains on every token; a top-20% rule on about a fifth, and only it runs perturbed forwards
     assert lab["summary"]["full"]["warm_start_selection"]["selected_fraction"] == 1.0
-    assert 0.1 < lab["summary"]["vepo"]["warm_start_selection"]["selected_fraction"] < 0.4
+    assert 0.1 < lab["summary"]["vepo:0.2"]["warm_start_selection"]["selected_fraction"] < 0.4
+    assert runs["full"]["tokens_trained"] == runs["full"]["completion_tokens"] > 0
+    assert 0.1 < runs["vepo:0.2"]["tokens_trained"] / runs["vepo:0.2"]["completion_tokens"] < 0.4
+    assert runs["full"]["perturbed_forwards"] == 0 < runs["vepo:0.2"]["perturbed_forwards"]
+    assert [(c["a"], c["b"]) for c in lab["paired"]] == [("vepo:0.2", "full")]
     table = (tmp_path / "lab" / "lab.md").read_text()
-    assert "| vepo |" in table and "| full |" in table
+    assert "| vepo:0.2 |" in table and "| full |" in table
     assert (tmp_path / "lab" / "lab_curves.png").stat().st_size > 1000
     assert seconds < 180, f"vepo-trl lab --quick took {seconds:.0f} s"
 
@@ -146,3 +154,171 @@ def test_warm_start_demo_recipe_parses_to_the_lab_model_and_data():
     script_args.synthetic_rows = 4
     rows = load_dataset_split(LAB_DATASET, "train", script_args, training_args.seed, None)
     assert len(rows) == 4 and set(rows.column_names) == {"prompt", "images", "answer"}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The squares task, the compared rules, the paired statistics
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_squares_answer_is_the_three_colours_left_to_right_in_the_pixels(seed):
+    from vepo_trl.lab.tasks import SHADE_JITTER
+
+    sample = make_lab_sample("squares", seed)
+    pixels = np.asarray(sample.image).astype(int)
+    names = sample.answer.split(", ")
+    assert len(names) == len(sample.boxes) == 3
+    for i, ((x0, y0, x1, y1), name) in enumerate(zip(sample.boxes, names)):
+        assert i * 28 <= x0 and x1 < (i + 1) * 28  # each square in its own third (one column of merged tokens)
+        fill = pixels[(y0 + y1) // 2, (x0 + x1) // 2]
+        assert (abs(fill - np.array(COLOURS[name])) <= SHADE_JITTER).all()
+        # the shade is still nearest to its own colour: the answer is readable from the pixels
+        nearest = min(COLOURS, key=lambda c: ((fill - np.array(COLOURS[c])) ** 2).sum())
+        assert nearest == name
+        assert (pixels[y0 : y1 + 1, x0 : x1 + 1] == fill).all()  # one flat fill
+    assert [b[0] for b in sample.boxes] == sorted(b[0] for b in sample.boxes)
+
+
+def test_squares_responses_name_the_colours_in_order_and_are_graded_in_order():
+    from vepo_trl.rewards import exact_match_reward
+
+    rng = random.Random(0)
+    texts = [render_response("squares", "purple, red, purple", rng) for _ in range(40)]
+    assert len(set(texts)) > 20  # many interchangeable wordings around the same three decisions
+    for text in texts:
+        thought = text.split("</think>")[0]
+        first, second, third = thought.index("first square"), thought.index("second"), thought.index("third")
+        assert thought.index("purple", first) < second < thought.index("red", second) < third
+        assert thought.index("purple", third) > third
+        assert text.endswith(r"\boxed{purple, red, purple}")
+    assert format_reward(texts) == [1.0] * len(texts)
+    assert exact_match_reward(texts, answer=["purple, red, purple"] * len(texts)) == [1.0] * len(texts)
+    # The order is the answer: math-verify (the accuracy reward) reads a comma list as a set, exact_match does not
+    swapped = [r"<think>x</think> \boxed{red, purple, purple}"]
+    assert accuracy_reward(swapped, answer=["purple, red, purple"]) == [1.0]
+    assert exact_match_reward(swapped, answer=["purple, red, purple"]) == [0.0]
+    assert exact_match_reward([r"\boxed{Purple,red , purple.}"], answer=["purple, red, purple"]) == [1.0]
+    assert exact_match_reward([r"\boxed{purple, red}", "no box"], answer=["purple, red, purple"] * 2) == [0.0, 0.0]
+
+
+def test_sft_label_noise_relabels_each_square():
+    rows = make_sft_dataset(300, kinds=("squares",), confusions={"purple": ("blue", 1.0)})
+    relabelled = 0
+    for row in rows:
+        truth = row["answer"].split(", ")
+        label = row["completion"][0]["content"][0]["text"].split(r"\boxed{")[1].rstrip("}").split(", ")
+        assert label == ["blue" if c == "purple" else c for c in truth]
+        relabelled += truth.count("purple")
+    assert relabelled > 50
+    clean = make_sft_dataset(20, kinds=("squares",), confusions={})
+    assert all(r["answer"] in r["completion"][0]["content"][0]["text"] for r in clean)
+
+
+def test_the_first_lab_task_is_kept_as_it_was():
+    """`--task colour` rebuilds the first lab: same warm-start recipe, tokenizer corpus and SFT rows."""
+    from vepo_trl.lab.run import lab_settings
+    from vepo_trl.lab.tasks import lab_corpus
+    from vepo_trl.lab.warm_start import WarmStartConfig
+
+    config = WarmStartConfig.for_task("colour")
+    assert (config.vocab_size, config.sft_rows, config.sft_steps, config.sft_learning_rate) == (400, 2048, 300, 2e-3)
+    corpus = lab_corpus()
+    assert len(corpus) == 4 + 40 * 9 and corpus[4].endswith(r"\boxed{1}") and corpus[8].endswith(r"\boxed{red}")
+    # md5 of the corpus as the first lab built it (before tasks had names)
+    assert hashlib.md5(repr(corpus).encode()).hexdigest() == "90a7124d9253b5f2e2adb480282da010"
+    settings = lab_settings("colour")
+    assert settings.strategies == ("full", "entropy", "vepo", "random") and settings.steps == 100
+    assert [a.label for a in settings.arms()] == ["full", "entropy:0.2", "vepo:0.2", "random:0.2"]
+    assert settings.learning_rate_of(settings.arms()[2]) == 3e-4 and settings.eval_tokens == 32
+    sft = make_sft_dataset(8, kinds=("colour",))
+    assert {r["kind"] for r in sft} == {"colour"}
+
+
+def test_rules_parse_with_their_k():
+    from vepo_trl.lab.run import Arm, parse_arm
+
+    assert parse_arm("vepo", 0.2) == Arm("vepo", 0.2) and parse_arm("vepo:0.4", 0.2) == Arm("vepo", 0.4)
+    assert parse_arm("full:0.4", 0.2).label == "full"
+    assert Arm("entropy", 0.4).label == "entropy:0.4" and Arm("entropy", 0.4).slug == "entropy-k0.4"
+    for bad in ("vepo:0", "vepo:1.2", "vepo:a"):
+        with pytest.raises(ValueError, match="vepo:"):
+            parse_arm(bad, 0.2)
+
+
+def test_tokens_trained_are_summed_from_the_per_step_log():
+    from vepo_trl.lab.run import training_compute
+
+    curve = [
+        {"step": 1, "completions/mean_length": 40.0, "vepo/selected_fraction": 0.25},
+        {"step": 2, "completions/mean_length": 30.0, "vepo/selected_fraction": 0.5},
+    ]
+    assert training_compute(curve, completions_per_step=4) == {"completion_tokens": 280, "tokens_trained": 100}
+    # An average over logging steps cannot be summed: no number rather than a wrong one
+    assert training_compute([{**curve[0], "step": 5}, {**curve[1], "step": 10}], 4)["tokens_trained"] is None
+
+
+def test_paired_comparison_matches_hand_computed_values():
+    from vepo_trl.lab.results import paired_comparison
+
+    # differences 0.1, 0.0, 0.2: mean 0.1, sd 0.1, se 0.1/sqrt(3); t = sqrt(3) on 2 degrees of freedom, whose
+    # two-sided p is 1 - t / sqrt(t^2 + 2) = 1 - sqrt(3/5); t_0.975(2) = 4.302653, t_0.8(2) = 1.060660
+    c = paired_comparison({0: 0.5, 1: 0.6, 2: 0.7}, {0: 0.4, 1: 0.6, 2: 0.5, 3: 0.9})
+    se = 0.1 / 3**0.5
+    assert c["seeds"] == [0, 1, 2] and c["n"] == 3
+    assert c["mean_difference"] == pytest.approx(0.1) and c["sd_difference"] == pytest.approx(0.1)
+    assert c["t_test_p"] == pytest.approx(1 - (3 / 5) ** 0.5, rel=1e-6)
+    assert c["ci95"] == pytest.approx((0.1 - 4.302653 * se, 0.1 + 4.302653 * se), rel=1e-6)
+    assert c["detectable_at_80_power"] == pytest.approx((4.302653 + 1.060660) * se, rel=1e-5)
+    assert (c["wins"], c["losses"]) == (2, 0)
+    assert 0.0 < c["power_at_effect"] < 0.2  # 3 points against an se of 5.8: barely visible
+    more = paired_comparison({s: 0.5 + 0.1 * (s % 3 == 1) for s in range(30)}, {s: 0.5 for s in range(30)})
+    assert more["power_at_effect"] > c["power_at_effect"]
+
+
+def test_rules_are_compared_with_full_grpo_and_vepo_with_its_rivals_at_the_same_k():
+    from vepo_trl.lab.results import comparison_pairs
+
+    labels = ["full", "entropy:0.2", "vepo:0.2", "random:0.2", "entropy:0.4", "vepo:0.4"]
+    pairs = comparison_pairs(labels)
+    assert ("vepo:0.2", "entropy:0.2") in pairs and ("vepo:0.2", "random:0.2") in pairs
+    assert ("vepo:0.4", "entropy:0.4") in pairs and ("vepo:0.4", "random:0.4") not in pairs
+    assert ("vepo:0.2", "entropy:0.4") not in pairs
+    assert {b for a, b in pairs if a != "vepo:0.2" and a != "vepo:0.4"} == {"full"}
+
+
+def test_sweep_picks_each_rules_best_learning_rate():
+    from vepo_trl.lab.results import sweep_table
+
+    runs = [
+        {"strategy": "full", "learning_rate": 1e-4, "accuracy_after": 0.5},
+        {"strategy": "full", "learning_rate": 1e-4, "accuracy_after": 0.7},
+        {"strategy": "full", "learning_rate": 3e-4, "accuracy_after": 0.65},
+        {"strategy": "full", "learning_rate": 3e-4, "accuracy_after": 0.65},
+        {"strategy": "vepo:0.2", "learning_rate": 1e-4, "accuracy_after": 0.2},
+        {"strategy": "vepo:0.2", "learning_rate": 3e-4, "accuracy_after": 0.8},
+    ]
+    best, grid, table = sweep_table(runs)
+    assert best == {"full": 3e-4, "vepo:0.2": 3e-4}
+    assert grid["full"][1e-4] == [0.5, 0.7]
+    assert "**65.0 ± 0.0 (65, 65)**" in table and "| vepo:0.2 |" in table
+    # a tie goes to the lower learning rate
+    tie = sweep_table([{**r, "accuracy_after": 0.5} for r in runs[:4]])[0]
+    assert tie == {"full": 1e-4}
+
+
+def test_cli_learning_rates_go_on_top_of_the_tasks(monkeypatch):
+    import vepo_trl.lab.run as lab_run
+    from vepo_trl.lab import main
+
+    seen = {}
+    monkeypatch.setattr(lab_run, "run_lab", lambda settings, *a, **k: seen.setdefault("settings", settings))
+    main(["lab", "--strategies", "full,vepo:0.4", "--learning_rates", "full=1e-3", "--seeds", "3,4"][1:])
+    settings = seen["settings"]
+    # full as given, vepo:0.4 keeps the task's own (from its sweep), rules not run are left out of the record
+    assert settings.learning_rates == {
+        "full": 1e-3,
+        "vepo:0.4": lab_run.TASK_SETTINGS["squares"]["learning_rates"]["vepo:0.4"],
+    }
+    assert settings.seeds == (3, 4) and [a.label for a in settings.arms()] == ["full", "vepo:0.4"]
+    assert settings.learning_rate_of(settings.arms()[1]) == 7.5e-5

@@ -25,7 +25,8 @@ NOT_HERE = [
     (r"accelerate launch", "a multi-GPU launch"),
     (r"\b(Qwen|OpenGVLab|google|HuggingFaceTB)/", "downloads a model from the Hub"),
     (r"\bruns/|eval_data|eval-vepo-7b|figure\.png", "a folder or file the reader brings (a trained run, data)"),
-    (r"--jobs 2 --output_dir docs/lab|--seeds 0,1,2,3,4", "the full lab: 11+ minutes; `lab --quick` runs instead"),
+    (r"--output_dir docs/lab|--seeds 0,1,2,3,4", "a full lab or sweep: 10+ minutes; `lab --quick` runs instead"),
+    (r"lab --build_warm_start", "builds the lab's warm start (2 minutes); `lab --quick` builds a small one"),
 ]
 
 

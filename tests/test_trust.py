@@ -124,10 +124,10 @@ def test_lab_refuses_a_folder_of_other_settings_before_loading(tmp_path, monkeyp
     folder = tmp_path / "lab"
     (folder / "runs" / "full-seed0").mkdir(parents=True)
     (folder / "warm_start.json").write_text("{}")
-    settings = lab_run._lab_record_settings(lab_run.LabSettings())
+    settings = lab_run._lab_record_settings(lab_run.lab_settings())
     (folder / lab_run.LAB_RECORD).write_text(json.dumps({"settings": {**settings, "steps": 50}}))
     code, out, err = run_cli(["lab", "--output_dir", str(folder)], capsys)
-    assert_one_error_line(code, err, "lab", "steps 50 there, 100 here", "--overwrite_output_dir")
+    assert_one_error_line(code, err, "lab", "steps 50 there, 40 here", "--overwrite_output_dir")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -281,13 +281,21 @@ def test_trainer_with_an_uncached_hub_id_offline_fails_fast(tmp_path, monkeypatc
         (["--eval_rows", "-3"], "--eval_rows must be at least 1"),
         (["--max_minutes", "0"], "--max_minutes must be above 0"),
         (["--learning_rate", "-1"], "--learning_rate must be above 0"),
-        (["--strategies", "nope"], "unknown strategies ['nope']"),
+        (["--strategies", "nope"], "unknown strategy 'nope'"),
+        (["--strategies", "vepo:1.5"], "k must be in (0, 1]"),
+        (["--strategies", "vepo:x"], "k after the colon is a fraction"),
+        (["--task", "shapes"], "--task 'shapes': choose one of ['colour', 'squares']"),
+        (["--sweep", "1e-4,fast"], "learning rates are numbers"),
+        (["--sweep", "0"], "give learning rates above 0"),
+        (["--learning_rates", "vepo"], "write rule=lr pairs"),
+        (["--learning_rates", "vepo:0.3=1e-3"], "names ['vepo:0.3'], which this lab does not run"),
     ],
 )
 def test_lab_values_are_one_line(argv, message, monkeypatch, capsys):
     import vepo_trl.lab.run as lab_run
 
     monkeypatch.setattr(lab_run, "run_lab", lambda *a, **k: pytest.fail("the lab ran"))
+    monkeypatch.setattr(lab_run, "run_sweep", lambda *a, **k: pytest.fail("the sweep ran"))
     code, out, err = run_cli(["lab", *argv], capsys)
     assert_one_error_line(code, err, "lab", message)
 

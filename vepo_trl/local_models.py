@@ -112,8 +112,10 @@ def resolve_model_name(name: str) -> str:
             with PartialState().main_process_first():
                 return str(tiny_model_path(family=family))
     if name == LAB_MODEL and not os.path.isdir(name):
-        from .lab.warm_start import warm_start_path
+        from .lab.warm_start import WarmStartConfig, warm_start_path
 
-        return str(warm_start_path())  # built on first use (minutes), then cached; rank 0 builds
+        # The first lab task's (one square's colour): the `lab` data set's, built on first use (minutes), then
+        # cached; rank 0 builds
+        return str(warm_start_path(WarmStartConfig.for_task("colour")))
     check_model_name(name, "model")
     return name

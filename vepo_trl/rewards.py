@@ -42,6 +42,8 @@ __all__ = [
     "REWARD_FUNCS",
     "accuracy_reward",
     "completion_to_text",
+    "exact_answer_match",
+    "exact_match_reward",
     "extract_boxed_answer",
     "format_reward",
     "get_reward_funcs",
@@ -545,6 +547,31 @@ def answer_mentioned_reward(completions: Sequence[Any], answer: Sequence[Any] | 
         pattern = rf"(?<![0-9A-Za-z]){re.escape(str(gold).strip())}(?![0-9A-Za-z])"
         rewards.append(1.0 if re.search(pattern, completion_to_text(completion)) else 0.0)
     return rewards
+
+
+def exact_answer_match(prediction: str | None, gold: Any) -> bool:
+    """The boxed answer equals the ground truth as text: case, spacing and a trailing period aside.
+
+    For answers whose order matters ("purple, red, blue"): math-verify reads a comma list as a set, so
+    :func:`grade_answer` accepts any reordering (and "blue, blue, red" for "blue, red, red")."""
+    if prediction is None or _is_missing(gold):
+        return False
+    return _canonical(_clean_answer(str(prediction))).lower() == _canonical(_clean_answer(str(gold))).lower()
+
+
+@register_reward("exact_match")
+def exact_match_reward(completions: Sequence[Any], answer: Sequence[Any] | None = None, **kwargs: Any):
+    r"""1.0 if the last ``\boxed{}`` equals the answer as text (:func:`exact_answer_match`), else 0.0; ``None`` where
+    the answer is missing. The accuracy reward for ordered answers (the lab's three squares), where
+    :func:`accuracy_reward`'s math-verify step would accept a permutation."""
+    if answer is None:
+        raise ValueError("exact_match_reward needs the ground-truth answers in a dataset column named 'answer'.")
+    if len(answer) != len(completions):
+        raise ValueError(f"Got {len(completions)} completions but {len(answer)} ground-truth answers.")
+    return [
+        None if _is_missing(gold) else float(exact_answer_match(extract_boxed_answer(completion_to_text(c)), gold))
+        for c, gold in zip(completions, answer)
+    ]
 
 
 # Reward functions and weights of the paper: 0.9 * accuracy + 0.1 * format (GRPOConfig(reward_weights=...)).

@@ -214,7 +214,7 @@ def load_dataset_split(name: str, split: str, script_args: VEPOScriptArguments, 
         # The warm start's SFT rows use seed 0 and its held-out rows 10_000 + seed: these are neither
         offset = 1000 if split == script_args.dataset_train_split else 2000
         dataset = make_rl_dataset(
-            script_args.synthetic_rows, seed=seed + offset, image_size=WarmStartConfig().image_size
+            script_args.synthetic_rows, seed=seed + offset, image_size=WarmStartConfig.for_task("colour").image_size
         ).remove_columns("kind")
     else:
         from vepo_trl.data.loaders import UnusableRowsError

@@ -1,6 +1,8 @@
 """A lab on a laptop: a warm-started tiny VLM, visual tasks that carry VEPO's mechanism, and `vepo-trl lab`.
 
-    vepo-trl lab                      full, entropy, vepo, random x seeds 0 1 2 from the warm start
+    vepo-trl lab                      the default task's rules x seeds from its warm start, paired comparisons
+    vepo-trl lab --task colour        the first lab (one square's colour)
+    vepo-trl lab --sweep 1.5e-4,3e-4,6e-4 --seeds 100,101   each rule's best learning rate, on validation rows
     vepo-trl lab --quick              two short runs, for CI (under 3 minutes on 2 cores)
     vepo-trl lab --build_warm_start   only build (or find) the cached warm start
 
@@ -11,8 +13,10 @@ writes the tables and the plot.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from ..errors import UsageError, fail
+from .tasks import DEFAULT_TASK
 
 
 def _list(text: str) -> list[str]:
@@ -28,12 +32,31 @@ def make_parser() -> argparse.ArgumentParser:
         "cached under $VEPO_TRL_CACHE.",
     )
     parser.add_argument(
+        "--task",
+        default=None,
+        help="Lab task (default: squares, three squares' colours in order; colour: the first lab, one square).",
+    )
+    parser.add_argument(
         "--strategies",
         default=None,
-        help="Selection strategies, comma-separated "
-        "(default: full,entropy,vepo,random; any name from `vepo-trl strategies`).",
+        help="Rules to compare, comma-separated: a strategy from `vepo-trl strategies`, optionally with its k after "
+        "a colon (vepo:0.4); a bare name uses k = 0.2 (default: the task's, e.g. "
+        "full,entropy:0.2,vepo:0.2,random:0.2,entropy:0.4,vepo:0.4).",
     )
-    parser.add_argument("--seeds", default=None, help="Seeds, comma-separated (default: 0,1,2).")
+    parser.add_argument("--seeds", default=None, help="Seeds, comma-separated (default: the task's, 0-9 for squares).")
+    parser.add_argument(
+        "--learning_rates",
+        default=None,
+        help="Per-rule learning rates, e.g. full=3e-4,vepo:0.2=6e-4, on top of the task's (from its sweep); a rule "
+        "with neither uses --learning_rate.",
+    )
+    parser.add_argument(
+        "--sweep",
+        default=None,
+        metavar="LRS",
+        help="Instead of the lab: run every rule at each of these learning rates (comma-separated) over --seeds, "
+        "score them on validation rows, and write sweep.md/sweep.json with each rule's best.",
+    )
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -48,7 +71,12 @@ def make_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--steps", type=int, default=None, help="RL steps per run (default: 100).")
     parser.add_argument("--max_minutes", type=float, default=None, help="Wall-time limit per run (default: 5).")
-    parser.add_argument("--learning_rate", type=float, default=None, help="RL learning rate (default: 3e-4).")
+    parser.add_argument(
+        "--learning_rate",
+        type=float,
+        default=None,
+        help="RL learning rate of rules without their own (default: 3e-4).",
+    )
     parser.add_argument("--eval_rows", type=int, default=None, help="Held-out rows for accuracy (default: 120).")
     parser.add_argument(
         "--build_warm_start",
@@ -79,8 +107,32 @@ def _seeds(text: str) -> tuple[int, ...]:
     return seeds
 
 
+def _rates(text: str, flag: str) -> list[float]:
+    try:
+        rates = [float(part) for part in _list(text)]
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: learning rates are numbers, e.g. {flag} 1.5e-4,3e-4,6e-4.") from None
+    if not rates or any(not rate > 0 for rate in rates):
+        raise UsageError(f"{flag} {text!r}: give learning rates above 0, e.g. {flag} 1.5e-4,3e-4,6e-4.")
+    return rates
+
+
+def _learning_rates(text: str) -> dict[str, float]:
+    out = {}
+    for part in _list(text):
+        label, sep, value = part.rpartition("=")
+        if not sep or not label:
+            raise UsageError(f"--learning_rates {text!r}: write rule=lr pairs, e.g. full=3e-4,vepo:0.2=6e-4.")
+        out[label] = _rates(value, "--learning_rates")[0]
+    if not out:
+        raise UsageError(f"--learning_rates {text!r}: write rule=lr pairs, e.g. full=3e-4,vepo:0.2=6e-4.")
+    return out
+
+
 def check_args(args: argparse.Namespace) -> None:
     """Values argparse accepts but a lab cannot use, before anything loads. Raises `UsageError`."""
+    from .tasks import TASKS
+
     for name in ("steps", "eval_rows", "jobs"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -89,10 +141,34 @@ def check_args(args: argparse.Namespace) -> None:
         value = getattr(args, name)
         if value is not None and not value > 0:
             raise UsageError(f"--{name} must be above 0, got {value:g}.")
+    if args.task is not None and args.task not in TASKS:
+        raise UsageError(f"--task {args.task!r}: choose one of {sorted(TASKS)}.")
     if args.strategies is not None and not _list(args.strategies):
         raise UsageError(f"--strategies {args.strategies!r}: give at least one strategy, e.g. --strategies full,vepo.")
+    if args.sweep is not None:
+        _rates(args.sweep, "--sweep")
+    if args.learning_rates is not None:
+        _learning_rates(args.learning_rates)
     if not str(args.output_dir).strip():
         raise UsageError("--output_dir is empty: give the folder the lab's tables and runs go to.")
+
+
+def _arms(text: str) -> tuple[str, ...]:
+    """`--strategies` entries, checked against the strategy registry and the `name:k` form."""
+    from ..scoring import SELECTION_STRATEGIES
+    from .run import parse_arm
+
+    names = _list(text)
+    for name in names:
+        try:
+            arm = parse_arm(name, 0.2)
+        except ValueError as error:
+            raise UsageError(f"--strategies: {error}") from None
+        if arm.strategy not in SELECTION_STRATEGIES:
+            raise UsageError(
+                f"--strategies: unknown strategy {arm.strategy!r}; choose from {sorted(SELECTION_STRATEGIES)}"
+            )
+    return tuple(dict.fromkeys(names))
 
 
 def main(argv: list[str] | None = None):
@@ -103,9 +179,12 @@ def main(argv: list[str] | None = None):
         seeds = _seeds(args.seeds) if args.seeds is not None else None
     except UsageError as error:
         fail(parser.prog, error)
-    from .run import QUICK, LabSettings, run_lab  # torch and the trainer: only once the arguments are known good
+    from .run import QUICK, QUICK_WARM_START, lab_settings, run_lab, run_sweep  # torch: only once arguments are good
 
-    settings = LabSettings(**(QUICK if args.quick else {}))
+    task = args.task or DEFAULT_TASK
+    settings = lab_settings(task, **(QUICK if args.quick else {}))
+    if args.quick:
+        settings.warm_start = dataclasses.replace(settings.warm_start, **QUICK_WARM_START)
     if args.build_warm_start:
         import json
 
@@ -118,18 +197,30 @@ def main(argv: list[str] | None = None):
             f"accuracy {report['heldout_accuracy']:.1%} on {report['heldout_rows']} rows"
         )
         return json.dumps(report)
-    if args.strategies:
-        from ..scoring import SELECTION_STRATEGIES
-
-        names = _list(args.strategies)
-        unknown = [n for n in names if n not in SELECTION_STRATEGIES]
+    try:
+        if args.strategies:
+            settings.strategies = _arms(args.strategies)
+        labels = {arm.label for arm in settings.arms()}
+        given = _learning_rates(args.learning_rates) if args.learning_rates is not None else {}
+        unknown = sorted(set(given) - labels)
         if unknown:
-            fail(parser.prog, f"unknown strategies {unknown}; choose from {sorted(SELECTION_STRATEGIES)}")
-        settings.strategies = tuple(dict.fromkeys(names))
+            raise UsageError(
+                f"--learning_rates names {unknown}, which this lab does not run (its rules: {sorted(labels)})."
+            )
+        # On top of the task's, kept for the rules this lab runs: a rule not named keeps its own learning rate
+        settings.learning_rates = {
+            label: lr for label, lr in {**settings.learning_rates, **given}.items() if label in labels
+        }
+    except UsageError as error:
+        fail(parser.prog, error)
     if seeds is not None:
         settings.seeds = seeds
     for name in ("steps", "max_minutes", "learning_rate", "eval_rows"):
         if getattr(args, name) is not None:
             setattr(settings, name, getattr(args, name))
     settings.jobs = args.jobs
+    if args.sweep is not None:
+        # The sweep's own learning rates replace the lab's per-rule ones
+        settings.learning_rates = {}
+        return run_sweep(settings, _rates(args.sweep, "--sweep"), args.output_dir, overwrite=args.overwrite_output_dir)
     return run_lab(settings, args.output_dir, overwrite=args.overwrite_output_dir)

@@ -1,11 +1,17 @@
 r"""Visual tasks for the laptop lab: answers decided by the image, responses with interchangeable wording.
 
-Two task kinds, each a pure function of a seed:
+Three kinds of question, each sample a pure function of a seed:
 
 * ``count``: "How many circles are in the image?" -- 1 to 4 filled circles of one colour on white; the answer is the
   number of circles.
 * ``colour``: "What colour is the square?" -- one filled square in one of five colours, plus grey circles as
   distractors; the answer is the square's colour.
+* ``squares``: "What colours are the three squares, from left to right?" -- one square in each third of the image;
+  the answer is the ordered list ``c1, c2, c3``, and the response names each colour after two sentences of
+  interchangeable wording, so several image-decided tokens sit among many image-independent ones.
+
+A lab task (:data:`TASKS`, chosen with ``vepo-trl lab --task``) is a mix of kinds with its SFT label noise, reward and
+response length: ``colour`` is the lab's first task (one square), ``squares`` the default since it does not saturate.
 
 The supervised responses follow the paper's format, ``<think>...</think> ... \boxed{...}``, and are built so that two
 kinds of token exist (the mechanism VEPO is about):
@@ -29,7 +35,7 @@ selection rule gives them the gradient.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from datasets import Dataset
 from PIL import Image, ImageDraw
@@ -39,8 +45,12 @@ from ..data.loaders import SYSTEM_PROMPT
 
 __all__ = [
     "COLOURS",
+    "DEFAULT_TASK",
     "LAB_TASKS",
+    "TASKS",
     "LabSample",
+    "LabTask",
+    "get_task",
     "answer_token_positions",
     "lab_corpus",
     "make_lab_sample",
@@ -60,23 +70,90 @@ COLOURS: dict[str, tuple[int, int, int]] = {
 DISTRACTOR = (150, 150, 150)
 BACKGROUND = (255, 255, 255)
 MAX_COUNT = 4
-LAB_TASKS = ("count", "colour")
-# What the lab trains and evaluates by default: a ~1M-parameter model with 9 visual tokens learns colours in a
-# minute of SFT but stays at chance on counting (measured), so counting would only add noise to the comparison
+LAB_TASKS = ("count", "colour", "squares")  # the kinds of question
+# The first lab's mix: a ~1M-parameter model with 9 visual tokens learns colours in a minute of SFT but stays at
+# chance on counting (measured), so counting would only add noise to the comparison
 DEFAULT_KINDS = ("colour",)
 
 QUESTIONS = {
     "count": "How many circles are in the image?",
     "colour": "What colour is the square?",
+    "squares": "What colours are the three squares, from left to right?",
 }
+NUM_SQUARES = 3
+SHADE_JITTER = 40  # the squares task: each RGB channel of a square off its colour by up to this much
 # Interchangeable wording: the image never decides these
 COUNT_OPENERS = ("I see", "I count", "There are", "I can spot", "Looking closely, I find")
 COUNT_NOUNS = ("circles", "dots", "round shapes")
 COLOUR_SUBJECTS = ("The square", "The box", "This shape")
 COLOUR_VERBS = ("is", "looks", "appears to be")
 CLOSERS = ("The answer is", "So the answer is", "Final answer:")
+# The squares task's wording: an opening sentence, a reading order and a verb per square (5 x 4 x 4^3 x 3 variants)
+SQUARES_OPENERS = (
+    "Let me look at the image.",
+    "I will read the squares one by one.",
+    "There are three squares here.",
+    "The image shows three squares.",
+    "Let me check each square.",
+)
+SQUARES_ORDERS = ("From the left,", "Going left to right,", "Reading across,", "In order,")
+SQUARES_VERBS = ("is", "looks", "appears to be", "seems")
 # SFT label noise: colour -> (label given instead, probability)
 SFT_CONFUSIONS: dict[str, tuple[str, float]] = {"purple": ("blue", 0.6), "yellow": ("green", 0.6)}
+
+
+@dataclass(frozen=True)
+class LabTask:
+    """What `vepo-trl lab --task NAME` trains on: kinds of question, SFT label noise, grading, response length."""
+
+    name: str
+    kinds: tuple[str, ...]
+    description: str
+    # SFT label noise: colour -> (label given instead, probability); the RL reward checks the true colour
+    confusions: dict[str, tuple[str, float]]
+    # Registry name of the accuracy reward (`vepo_trl.rewards`); weighted 0.9 with format 0.1 as in the paper
+    accuracy_reward: str
+    max_completion_length: int
+    # Kinds whose responses the lab's tokenizer learns its merges from
+    corpus_kinds: tuple[str, ...]
+    # The task's warm start: `WarmStartConfig` fields that differ from its defaults (`WarmStartConfig.for_task`)
+    warm_start: dict = field(default_factory=dict)
+
+
+TASKS: dict[str, LabTask] = {
+    "colour": LabTask(
+        name="colour",
+        kinds=("colour",),
+        description="one square, 'What colour is the square?'; ~20-token responses, one image-decided token "
+        "(the first lab task: full GRPO saturates it)",
+        confusions=SFT_CONFUSIONS,
+        accuracy_reward="accuracy",
+        max_completion_length=28,
+        corpus_kinds=("count", "colour"),
+        warm_start=dict(vocab_size=400, sft_rows=2048, sft_steps=300),
+    ),
+    "squares": LabTask(
+        name="squares",
+        kinds=("squares",),
+        description="three squares, their colours from left to right; ~40-token responses, three image-decided "
+        "tokens among many interchangeable wording tokens, graded as an ordered list",
+        confusions=SFT_CONFUSIONS,
+        accuracy_reward="exact_match",
+        max_completion_length=56,
+        corpus_kinds=("squares",),
+        # 512: the corpus's words become single tokens; three squares take 900 SFT steps to be read (300: all blue)
+        warm_start=dict(vocab_size=512, sft_rows=4096, sft_steps=900),
+    ),
+}
+DEFAULT_TASK = "squares"
+
+
+def get_task(name: str) -> LabTask:
+    if name not in TASKS:
+        raise ValueError(f"unknown lab task {name!r}; choose one of {sorted(TASKS)}")
+    return TASKS[name]
+
+
 NUMBER_WORDS = {str(n): str(n) for n in range(1, MAX_COUNT + 1)}
 
 
@@ -122,6 +199,8 @@ def make_lab_sample(kind: str, seed: int, image_size: int = 84) -> LabSample:
             boxes.append(box)
             draw.ellipse(box, fill=colour)
         return LabSample(image, kind, QUESTIONS[kind], str(target), tuple(boxes), colour)
+    if kind == "squares":
+        return _squares_sample(rng, image, draw, image_size)
     name = rng.choice(sorted(COLOURS))
     colour = COLOURS[name]
     half = radius + 2
@@ -136,9 +215,39 @@ def make_lab_sample(kind: str, seed: int, image_size: int = 84) -> LabSample:
     return LabSample(image, kind, QUESTIONS[kind], name, (square,), colour)
 
 
+def _squares_sample(rng: random.Random, image, draw, image_size: int) -> LabSample:
+    """One square per third of the image (a third is one column of the model's merged 28 px tokens at 84 px), near
+    the middle row with some jitter; colours drawn independently (repeats allowed)."""
+    third = image_size / NUM_SQUARES
+    half = max(3, round(third * 0.4))
+    jitter = max(0, int(third / 2) - half - 2)
+    names = [rng.choice(sorted(COLOURS)) for _ in range(NUM_SQUARES)]
+    boxes, fills = [], []
+    for i, name in enumerate(names):
+        cx = round(third * (i + 0.5)) + rng.randint(-jitter, jitter)
+        cy = image_size // 2 + rng.randint(-image_size // 6, image_size // 6)
+        box = (cx - half, cy - half, cx + half, cy + half)
+        # Each square a shade of its colour: reading it is learnt, not looked up, so RL has perception to improve
+        shade = tuple(min(255, max(0, c + rng.randint(-SHADE_JITTER, SHADE_JITTER))) for c in COLOURS[name])
+        draw.rectangle(box, fill=shade)
+        boxes.append(box)
+        fills.append(shade)
+    return LabSample(image, "squares", QUESTIONS["squares"], ", ".join(names), tuple(boxes), fills[0])
+
+
 def render_response(kind: str, answer: str, rng: random.Random) -> str:
     """An SFT target with random wording: `<think>{opener} {answer} {noun}.</think> {closer} \\boxed{answer}` for a
-    count, `<think>{subject} {verb} {answer}.</think> {closer} \\boxed{answer}` for a colour."""
+    count, `<think>{subject} {verb} {answer}.</think> {closer} \\boxed{answer}` for a colour, and for three squares
+    (`answer` = "c1, c2, c3") `<think>{opener} {order} the first square {verb} c1, the second {verb} c2 and the third
+    {verb} c3.</think> {closer} \\boxed{c1, c2, c3}`."""
+    if kind == "squares":
+        c1, c2, c3 = (part.strip() for part in answer.split(","))
+        v1, v2, v3 = (rng.choice(SQUARES_VERBS) for _ in range(3))
+        thought = (
+            f"{rng.choice(SQUARES_OPENERS)} {rng.choice(SQUARES_ORDERS)} the first square {v1} {c1}, "
+            f"the second {v2} {c2} and the third {v3} {c3}."
+        )
+        return f"<think>{thought}</think> {rng.choice(CLOSERS)} \\boxed{{{c1}, {c2}, {c3}}}"
     if kind == "count":
         thought = f"{rng.choice(COUNT_OPENERS)} {answer} {rng.choice(COUNT_NOUNS)}."
     else:
@@ -178,15 +287,23 @@ def make_sft_dataset(
     for kind, sample_seed in _kinds(num_rows, seed, kinds):
         sample = make_lab_sample(kind, sample_seed, image_size)
         rows["prompt"].append(_prompt(sample.question, system_prompt))
-        label = sample.answer
-        if label in confusions and rng.random() < confusions[label][1]:
-            label = confusions[label][0]
+        label = _noisy_label(sample.answer, confusions, rng)
         completion = render_response(kind, label, rng)
         rows["completion"].append([{"role": "assistant", "content": [{"type": "text", "text": completion}]}])
         rows["images"].append([sample.image])
         rows["answer"].append(sample.answer)
         rows["kind"].append(kind)
     return Dataset.from_dict(rows)
+
+
+def _noisy_label(answer: str, confusions: dict[str, tuple[str, float]], rng: random.Random) -> str:
+    """The SFT label: each colour of `answer` ("red" or "red, purple, blue") relabelled as `confusions` says."""
+    parts = []
+    for part in answer.split(", "):
+        if part in confusions and rng.random() < confusions[part][1]:
+            part = confusions[part][0]
+        parts.append(part)
+    return ", ".join(parts)
 
 
 def make_rl_dataset(
@@ -203,14 +320,22 @@ def make_rl_dataset(
     return Dataset.from_dict(rows)
 
 
-def lab_corpus() -> list[str]:
-    """Text a lab tokenizer learns its merges from: the prompts and every response variant, repeated."""
-    texts = [SYSTEM_PROMPT, "You are a helpful assistant.", *QUESTIONS.values()]
+def lab_corpus(kinds=("count", "colour")) -> list[str]:
+    """Text a lab tokenizer learns its merges from: the prompts and every response variant of `kinds`, repeated.
+    (The default is the first lab's corpus, count and colour, kept as it was so its warm start rebuilds the same.)"""
+    texts = [SYSTEM_PROMPT, "You are a helpful assistant.", *(QUESTIONS[kind] for kind in kinds)]
     rng = random.Random(0)
     for _ in range(40):
-        for answer in [*NUMBER_WORDS, *COLOURS]:
-            kind = "count" if answer.isdigit() else "colour"
-            texts.append(render_response(kind, answer, rng))
+        if "count" in kinds:
+            texts.extend(render_response("count", answer, rng) for answer in NUMBER_WORDS)
+        if "colour" in kinds:
+            texts.extend(render_response("colour", answer, rng) for answer in COLOURS)
+        if "squares" in kinds:
+            names = sorted(COLOURS)
+            texts.extend(
+                render_response("squares", ", ".join(rng.choice(names) for _ in range(NUM_SQUARES)), rng)
+                for _ in COLOURS
+            )
     return texts
 
 

@@ -24,7 +24,7 @@ import torch
 from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
 
 from ..testing import QWEN2_5_VL_CHAT_TEMPLATE, TinyModelConfig, build_model, build_tokenizer
-from .tasks import lab_corpus, make_rl_dataset, make_sft_dataset
+from .tasks import DEFAULT_TASK, get_task, lab_corpus, make_rl_dataset, make_sft_dataset
 
 
 __all__ = ["WarmStartConfig", "build_lab_processor", "build_warm_start", "evaluate_accuracy", "warm_start_path"]
@@ -36,8 +36,10 @@ MARKER = "lab_warm_start.json"
 class WarmStartConfig:
     """Everything that decides the warm start; its hash names the cache folder."""
 
+    # The lab task (`vepo_trl.lab.tasks.TASKS`): its questions, SFT label noise and tokenizer corpus
+    task: str = DEFAULT_TASK
     # Model: about 0.9M parameters
-    vocab_size: int = 400
+    vocab_size: int = 512
     hidden_size: int = 128
     intermediate_size: int = 256
     num_hidden_layers: int = 3
@@ -52,12 +54,17 @@ class WarmStartConfig:
     # Images: 84 x 84 px, 6 x 6 patches of 14 px merged 2 x 2 into 9 visual tokens
     image_size: int = 84
     # SFT
-    sft_rows: int = 2048
-    sft_steps: int = 300
+    sft_rows: int = 4096
+    sft_steps: int = 900
     sft_batch_size: int = 16
     sft_learning_rate: float = 2e-3
     eval_rows: int = 120
     seed: int = 0
+
+    @classmethod
+    def for_task(cls, task: str, **overrides) -> WarmStartConfig:
+        """The warm start of lab task `task` (its vocabulary size), with `overrides`."""
+        return cls(**{"task": task, **get_task(task).warm_start, **overrides})
 
     def key(self) -> str:
         text = json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -70,7 +77,7 @@ def build_lab_processor(config: WarmStartConfig | None = None) -> Qwen2_5_VLProc
     return Qwen2_5_VLProcessor(
         image_processor=Qwen2VLImageProcessor(min_pixels=pixels, max_pixels=pixels),
         # Byte-level BPE learned on the lab's prompts and responses, Qwen's specials on top
-        tokenizer=build_tokenizer(config.vocab_size, lab_corpus()),
+        tokenizer=build_tokenizer(config.vocab_size, lab_corpus(get_task(config.task).corpus_kinds)),
         video_processor=Qwen2VLVideoProcessor(),
         chat_template=QWEN2_5_VL_CHAT_TEMPLATE,
     )
@@ -78,16 +85,18 @@ def build_lab_processor(config: WarmStartConfig | None = None) -> Qwen2_5_VLProc
 
 @torch.no_grad()
 def evaluate_accuracy(model, processor, dataset, *, batch_size: int = 40, max_new_tokens: int = 32) -> dict:
-    """Held-out greedy accuracy (last `\\boxed{}` equal to the answer) overall and per task kind."""
+    """Held-out greedy accuracy (last `\\boxed{}` equal to the answer as text, `exact_answer_match`) overall and per
+    task kind; `correct` lists each row's outcome, for tests paired across models on the same rows."""
     from trl.data_utils import prepare_multimodal_messages
 
-    from ..rewards import extract_boxed_answer
+    from ..rewards import exact_answer_match, extract_boxed_answer
 
     was_training = model.training
     model.eval()
     tokenizer = processor.tokenizer
     tokenizer.padding_side = "left"
     correct: dict[str, list[bool]] = {}
+    outcomes: list[bool] = []  # row order
     completions = []
     for start in range(0, len(dataset), batch_size):
         rows = dataset[start : start + batch_size]
@@ -109,22 +118,26 @@ def evaluate_accuracy(model, processor, dataset, *, batch_size: int = 40, max_ne
         decoded = tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
         for text, answer, kind in zip(decoded, rows["answer"], rows["kind"]):
             predicted = extract_boxed_answer(text)
-            correct.setdefault(kind, []).append(predicted is not None and predicted.strip() == answer)
+            outcomes.append(exact_answer_match(predicted, answer))
+            correct.setdefault(kind, []).append(outcomes[-1])
             completions.append(text)
     if was_training:
         model.train()
-    every = [c for values in correct.values() for c in values]
     return {
-        "accuracy": sum(every) / max(len(every), 1),
+        "accuracy": sum(outcomes) / max(len(outcomes), 1),
         "per_kind": {kind: sum(v) / len(v) for kind, v in sorted(correct.items())},
-        "n": len(every),
+        "n": len(outcomes),
+        "correct": outcomes,
         "examples": completions[:6],
     }
 
 
 def heldout_dataset(config: WarmStartConfig, num_rows: int | None = None):
     """Held-out rows (a seed no training split uses)."""
-    return make_rl_dataset(num_rows or config.eval_rows, seed=10_000 + config.seed, image_size=config.image_size)
+    task = get_task(config.task)
+    return make_rl_dataset(
+        num_rows or config.eval_rows, seed=10_000 + config.seed, image_size=config.image_size, kinds=task.kinds
+    )
 
 
 def build_warm_start(output_dir: str | os.PathLike, config: WarmStartConfig | None = None, log=print) -> dict:
@@ -154,7 +167,10 @@ def build_warm_start(output_dir: str | os.PathLike, config: WarmStartConfig | No
     wide = build_model(processor, dataclasses.replace(tiny, initializer_range=config.vision_initializer_range))
     model.model.visual.load_state_dict(wide.model.visual.state_dict())
     del wide
-    train = make_sft_dataset(config.sft_rows, seed=config.seed, image_size=config.image_size)
+    task = get_task(config.task)
+    train = make_sft_dataset(
+        config.sft_rows, seed=config.seed, image_size=config.image_size, kinds=task.kinds, confusions=task.confusions
+    )
     output_dir = Path(output_dir)
     args = SFTConfig(
         output_dir=str(output_dir / "sft"),
@@ -185,7 +201,7 @@ def build_warm_start(output_dir: str | os.PathLike, config: WarmStartConfig | No
     processor.save_pretrained(output_dir)
     shutil.rmtree(output_dir / "sft", ignore_errors=True)
     sft_seconds = time.perf_counter() - start
-    result = evaluate_accuracy(model, processor, heldout_dataset(config))
+    result = evaluate_accuracy(model, processor, heldout_dataset(config), max_new_tokens=task.max_completion_length)
     report = {
         "config": dataclasses.asdict(config),
         "key": config.key(),

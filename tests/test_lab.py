@@ -190,7 +190,7 @@ def test_squares_responses_name_the_colours_in_order_and_are_graded_in_order():
         thought = text.split("</think>")[0]
         first, second, third = thought.index("first square"), thought.index("second"), thought.index("third")
         assert thought.index("purple", first) < second < thought.index("red", second) < third
-        assert thought.index("purple", third) > third
+        assert thought[third:].split()[2] == "purple" or thought[third:].split()[-1] == "purple."
         assert text.endswith(r"\boxed{purple, red, purple}")
     assert format_reward(texts) == [1.0] * len(texts)
     assert exact_match_reward(texts, answer=["purple, red, purple"] * len(texts)) == [1.0] * len(texts)
@@ -256,6 +256,7 @@ def test_tokens_trained_are_summed_from_the_per_step_log():
     assert training_compute(curve, completions_per_step=4) == {"completion_tokens": 280, "tokens_trained": 100}
     # An average over logging steps cannot be summed: no number rather than a wrong one
     assert training_compute([{**curve[0], "step": 5}, {**curve[1], "step": 10}], 4)["tokens_trained"] is None
+    assert training_compute(curve[:1], 4) == {"completion_tokens": 160, "tokens_trained": 40}  # a one-step run
 
 
 def test_paired_comparison_matches_hand_computed_values():
@@ -272,8 +273,30 @@ def test_paired_comparison_matches_hand_computed_values():
     assert c["detectable_at_80_power"] == pytest.approx((4.302653 + 1.060660) * se, rel=1e-5)
     assert (c["wins"], c["losses"]) == (2, 0)
     assert 0.0 < c["power_at_effect"] < 0.2  # 3 points against an se of 5.8: barely visible
+    # Wilcoxon drops the zero difference: two positive ranks, P(W- = 0) = 1/4 each side, exact two-sided p = 0.5
+    assert c["wilcoxon_p"] == pytest.approx(0.5)
     more = paired_comparison({s: 0.5 + 0.1 * (s % 3 == 1) for s in range(30)}, {s: 0.5 for s in range(30)})
     assert more["power_at_effect"] > c["power_at_effect"]
+
+
+def test_power_is_the_two_sided_t_tests_against_a_simulated_reference():
+    from vepo_trl.lab.results import mean_ci, paired_comparison
+
+    # Differences with sd 0.04 over 8 seeds; the power against a true 3 points, by simulation of the paired t-test:
+    # draw 8 differences ~ N(0.03, sd), reject when |mean / (s / sqrt 8)| > t_0.975(7) = 2.364624
+    diffs = [0.03, -0.02, 0.05, 0.01, 0.07, -0.04, 0.02, 0.04]
+    c = paired_comparison({i: 0.5 + d for i, d in enumerate(diffs)}, {i: 0.5 for i in range(8)})
+    sd = float(np.std(diffs, ddof=1))
+    rng = np.random.default_rng(0)
+    draws = rng.normal(0.03, sd, size=(200_000, 8))
+    t = draws.mean(1) / (draws.std(1, ddof=1) / np.sqrt(8))
+    simulated = float((np.abs(t) > 2.364624).mean())
+    assert c["power_at_effect"] == pytest.approx(simulated, abs=0.005)
+    # the 95% interval of a mean over seeds, by hand: 0.6 +- t_0.975(2) * 0.1 / sqrt(3)
+    assert mean_ci([0.5, 0.6, 0.7]) == pytest.approx((0.6 - 4.302653 * 0.1 / 3**0.5, 0.6 + 4.302653 * 0.1 / 3**0.5))
+    # equal differences count as ties (accuracies over the same rows), whatever the float rounding
+    ties = paired_comparison({0: 0.3, 1: 0.5, 2: 0.6}, {0: 0.2875, 1: 0.4875, 2: 0.5})
+    assert ties["differences"][0] == ties["differences"][1]
 
 
 def test_rules_are_compared_with_full_grpo_and_vepo_with_its_rivals_at_the_same_k():
@@ -313,7 +336,7 @@ def test_cli_learning_rates_go_on_top_of_the_tasks(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(lab_run, "run_lab", lambda settings, *a, **k: seen.setdefault("settings", settings))
-    main(["lab", "--strategies", "full,vepo:0.4", "--learning_rates", "full=1e-3", "--seeds", "3,4"][1:])
+    main(["--strategies", "full,vepo:0.4", "--learning_rates", "full=1e-3", "--seeds", "3,4"])
     settings = seen["settings"]
     # full as given, vepo:0.4 keeps the task's own (from its sweep), rules not run are left out of the record
     assert settings.learning_rates == {
@@ -322,3 +345,24 @@ def test_cli_learning_rates_go_on_top_of_the_tasks(monkeypatch):
     }
     assert settings.seeds == (3, 4) and [a.label for a in settings.arms()] == ["full", "vepo:0.4"]
     assert settings.learning_rate_of(settings.arms()[1]) == 7.5e-5
+
+    seen.clear()
+    main(["--strategies", "vepo", "--learning_rates", "vepo:0.20=2e-4"])  # one rule, however it is written
+    assert seen["settings"].learning_rates == {"vepo:0.2": 2e-4}
+
+
+def test_a_folder_keeps_its_runs_when_rules_change_and_refuses_a_run_at_another_learning_rate(tmp_path):
+    from vepo_trl.errors import UsageError
+    from vepo_trl.lab.run import LAB_RECORD, _lab_record_settings, lab_settings, plan_lab_folder
+    from vepo_trl.run_folder import write_record
+
+    first = lab_settings(strategies=("full", "vepo:0.2"), learning_rates={"full": 7.5e-5, "vepo:0.2": 7.5e-5})
+    write_record(tmp_path, _lab_record_settings(first), LAB_RECORD)
+    run = tmp_path / "runs" / "full-seed0"
+    run.mkdir(parents=True)
+    (run / "result.json").write_text(json.dumps({"learning_rate": 7.5e-5}))
+    assert plan_lab_folder(lab_settings(), tmp_path, overwrite=False) == []  # all six rules: full's run is reused
+    other = lab_settings(learning_rates={**lab_settings().learning_rates, "full": 1e-3})
+    with pytest.raises(UsageError, match="full seed 0 trained at learning rate 7.5e-05 there, 0.001 here"):
+        plan_lab_folder(other, tmp_path, overwrite=False)
+    assert plan_lab_folder(other, tmp_path, overwrite=True) == [tmp_path / "runs"]

@@ -19,6 +19,9 @@ from ..errors import UsageError, fail
 from .tasks import DEFAULT_TASK
 
 
+MAX_SEED = 9000
+
+
 def _list(text: str) -> list[str]:
     return [part for part in text.replace(",", " ").split() if part]
 
@@ -43,7 +46,9 @@ def make_parser() -> argparse.ArgumentParser:
         "a colon (vepo:0.4); a bare name uses k = 0.2 (default: the task's, e.g. "
         "full,entropy:0.2,vepo:0.2,random:0.2,entropy:0.4,vepo:0.4).",
     )
-    parser.add_argument("--seeds", default=None, help="Seeds, comma-separated (default: the task's, 0-9 for squares).")
+    parser.add_argument(
+        "--seeds", default=None, help="Seeds, comma-separated (default: the task's, 0-13 for squares)."
+    )
     parser.add_argument(
         "--learning_rates",
         default=None,
@@ -69,7 +74,9 @@ def make_parser() -> argparse.ArgumentParser:
         help="Where lab.md, lab.json, lab_curves.png and "
         "runs/ go (default: vepo-lab). Finished runs in it are reused.",
     )
-    parser.add_argument("--steps", type=int, default=None, help="RL steps per run (default: 100).")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="RL steps per run (default: the task's, 40 for squares)."
+    )
     parser.add_argument("--max_minutes", type=float, default=None, help="Wall-time limit per run (default: 5).")
     parser.add_argument(
         "--learning_rate",
@@ -77,7 +84,12 @@ def make_parser() -> argparse.ArgumentParser:
         default=None,
         help="RL learning rate of rules without their own (default: 3e-4).",
     )
-    parser.add_argument("--eval_rows", type=int, default=None, help="Held-out rows for accuracy (default: 120).")
+    parser.add_argument(
+        "--eval_rows",
+        type=int,
+        default=None,
+        help="Held-out rows for accuracy (default: the task's, 400 for squares).",
+    )
     parser.add_argument(
         "--build_warm_start",
         action="store_true",
@@ -101,6 +113,10 @@ def _seeds(text: str) -> tuple[int, ...]:
         seeds = tuple(int(part) for part in parts)
     except ValueError:
         raise UsageError(f"--seeds {text!r}: seeds are whole numbers, e.g. --seeds 0,1,2.") from None
+    outside = [seed for seed in seeds if not 0 <= seed < MAX_SEED]
+    if outside:
+        # A run's training rows are seeded 1000 + seed; from 10,000 on they would be the held-out and validation rows
+        raise UsageError(f"--seeds {text!r}: seeds are 0 to {MAX_SEED - 1}, got {outside}.")
     repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
     if repeated:
         raise UsageError(f"--seeds {text!r} repeats {repeated}: a repeated seed is the same run, not another sample.")
@@ -114,6 +130,9 @@ def _rates(text: str, flag: str) -> list[float]:
         raise UsageError(f"{flag} {text!r}: learning rates are numbers, e.g. {flag} 1.5e-4,3e-4,6e-4.") from None
     if not rates or any(not rate > 0 for rate in rates):
         raise UsageError(f"{flag} {text!r}: give learning rates above 0, e.g. {flag} 1.5e-4,3e-4,6e-4.")
+    repeated = sorted({rate for rate in rates if rates.count(rate) > 1})
+    if repeated:
+        raise UsageError(f"{flag} {text!r} repeats {', '.join(f'{r:g}' for r in repeated)}.")
     return rates
 
 
@@ -123,6 +142,12 @@ def _learning_rates(text: str) -> dict[str, float]:
         label, sep, value = part.rpartition("=")
         if not sep or not label:
             raise UsageError(f"--learning_rates {text!r}: write rule=lr pairs, e.g. full=3e-4,vepo:0.2=6e-4.")
+        from .run import parse_arm
+
+        try:  # "vepo:0.20" and "vepo" name the rule "vepo:0.2"
+            label = parse_arm(label, 0.2).label
+        except ValueError as error:
+            raise UsageError(f"--learning_rates: {error}") from None
         out[label] = _rates(value, "--learning_rates")[0]
     if not out:
         raise UsageError(f"--learning_rates {text!r}: write rule=lr pairs, e.g. full=3e-4,vepo:0.2=6e-4.")
@@ -147,6 +172,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--strategies {args.strategies!r}: give at least one strategy, e.g. --strategies full,vepo.")
     if args.sweep is not None:
         _rates(args.sweep, "--sweep")
+        if args.learning_rates is not None or args.learning_rate is not None:
+            raise UsageError("--sweep sets the learning rates itself: leave out --learning_rates and --learning_rate.")
     if args.learning_rates is not None:
         _learning_rates(args.learning_rates)
     if not str(args.output_dir).strip():

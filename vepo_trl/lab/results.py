@@ -77,7 +77,8 @@ def paired_comparison(a: dict[int, float], b: dict[int, float], effect: float = 
     from scipy import stats
 
     seeds = sorted(set(a) & set(b))
-    diffs = [a[s] - b[s] for s in seeds]
+    # Rounded: accuracies are counts over the same rows, so equal differences must compare equal (Wilcoxon's ties)
+    diffs = [round(a[s] - b[s], 9) for s in seeds]
     n = len(diffs)
     out = {"seeds": seeds, "differences": diffs, "n": n, "mean_difference": statistics.fmean(diffs) if diffs else None}
     if n < 2:
@@ -194,9 +195,8 @@ def plot_lab(results: list[dict], base: dict, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     strategies = list(dict.fromkeys(r["strategy"] for r in results))
-    colours = dict(
-        zip(strategies, ["#444444", "#d95f02", "#1b9e77", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d"])
-    )
+    palette = ["#444444", "#d95f02", "#1b9e77", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d"]
+    colours = {name: palette[i % len(palette)] for i, name in enumerate(strategies)}
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=80)
     for name in strategies:
         # The mean over seeds at each logged step (a seed's own curve is too noisy to read among dozens)
@@ -277,7 +277,7 @@ def write_report(output_dir: str | Path, base: dict, results: list[dict], settin
     (output_dir / "lab.json").write_text(
         json.dumps(
             {"settings": settings, "warm_start": base, "summary": summary, "paired": comparisons, "runs": results},
-            indent=1,
+            separators=(",", ":"),  # compact: every run's curve and per-row outcomes make an indented file large
             default=str,
         )
     )

@@ -317,8 +317,7 @@ def curve_entry(logged: dict) -> dict:
 def training_compute(curve: list[dict], completions_per_step: int) -> dict:
     """Tokens each run trained on, from its per-step log (`logging_steps=1`): completion tokens x selected
     fraction, summed over steps; `None` where the log is coarser (an average over steps cannot be summed)."""
-    steps = [e.get("step") for e in curve]
-    per_step = len(steps) > 1 and all(b - a == 1 for a, b in zip(steps, steps[1:])) and steps[0] == 1
+    per_step = [e.get("step") for e in curve] == list(range(1, len(curve) + 1))
     if not curve or not per_step or any("completions/mean_length" not in e for e in curve):
         return {"completion_tokens": None, "tokens_trained": None}
     tokens = [e["completions/mean_length"] * completions_per_step for e in curve]
@@ -436,7 +435,8 @@ def _run_one_entry(job):
 # The lab's record of the settings its runs were made with (strategies, seeds and jobs may change: runs are per
 # strategy and seed, and reused)
 LAB_RECORD = "vepo_lab.json"
-_FREE_SETTINGS = ("strategies", "seeds", "jobs")
+# (learning rates are per run: a run found in the folder is reused only at the learning rate this lab gives its rule)
+_FREE_SETTINGS = ("strategies", "seeds", "jobs", "learning_rate", "learning_rates")
 
 
 def _lab_record_settings(settings: LabSettings) -> dict:
@@ -461,6 +461,18 @@ def plan_lab_folder(settings: LabSettings, output_dir: Path, overwrite: bool) ->
             "--overwrite_output_dir to recompute them, or choose another --output_dir."
         )
     diff = differences(record["settings"], _lab_record_settings(settings))
+    for arm in settings.arms():
+        for seed in settings.seeds:
+            result = output_dir / "runs" / f"{arm.slug}-seed{seed}" / "result.json"
+            if not result.is_file():
+                continue
+            try:
+                there = json.loads(result.read_text()).get("learning_rate")
+            except (OSError, json.JSONDecodeError):
+                raise UsageError(f"{result} is not a readable run result; move it away to recompute it.") from None
+            here = settings.learning_rate_of(arm)
+            if there is not None and there != here:
+                diff.append(f"{arm.label} seed {seed} trained at learning rate {there:g} there, {here:g} here")
     if diff:
         raise UsageError(
             f"--output_dir {output_dir} holds a lab made with other settings ({'; '.join(diff)}): rerun with its "
@@ -516,9 +528,23 @@ def run_lab(settings: LabSettings, output_dir: str | os.PathLike, log=print, ove
     warm_report = json.loads((warm / "lab_warm_start.json").read_text())
     arms = settings.arms()
     base_file = output_dir / "warm_start.json"
-    if base_file.exists():
-        base = json.loads(base_file.read_text())
-    else:
+    base = json.loads(base_file.read_text()) if base_file.exists() else None
+    missing = [arm for arm in arms if base is not None and arm.label not in base.get("selection", {})]
+    if missing:  # rules added since: their selection on the warm start, from the same sampled responses
+        model, processor = _load(warm)
+        base["selection"].update(
+            selection_statistics(
+                model,
+                processor,
+                heldout_dataset(settings.warm_start, settings.eval_rows),
+                missing,
+                num_prompts=settings.stats_prompts,
+                alpha=settings.selection_alpha,
+                max_new_tokens=settings.eval_tokens,
+            )
+        )
+        base_file.write_text(json.dumps(base, indent=1))
+    if base is None:
         model, processor = _load(warm)
         heldout = heldout_dataset(settings.warm_start, settings.eval_rows)
         before = evaluate_accuracy(model, processor, heldout, max_new_tokens=settings.eval_tokens)

@@ -16,7 +16,7 @@ import argparse
 import dataclasses
 
 from ..errors import UsageError, fail
-from .tasks import DEFAULT_TASK
+from .tasks import DEFAULT_TASK, TASKS
 
 
 MAX_SEED = 9000
@@ -37,7 +37,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--task",
         default=None,
-        help="Lab task (default: squares, three squares' colours in order; colour: the first lab, one square).",
+        help=f"Lab task (default: {DEFAULT_TASK}). "
+        + "; ".join(f"{task.name}: {task.description}" for task in TASKS.values())
+        + ".",
     )
     parser.add_argument(
         "--strategies",
@@ -137,13 +139,13 @@ def _rates(text: str, flag: str) -> list[float]:
 
 
 def _learning_rates(text: str) -> dict[str, float]:
+    from .run import parse_arm
+
     out = {}
     for part in _list(text):
         label, sep, value = part.rpartition("=")
         if not sep or not label:
             raise UsageError(f"--learning_rates {text!r}: write rule=lr pairs, e.g. full=3e-4,vepo:0.2=6e-4.")
-        from .run import parse_arm
-
         try:  # "vepo:0.20" and "vepo" name the rule "vepo:0.2"
             label = parse_arm(label, 0.2).label
         except ValueError as error:
@@ -156,8 +158,6 @@ def _learning_rates(text: str) -> dict[str, float]:
 
 def check_args(args: argparse.Namespace) -> None:
     """Values argparse accepts but a lab cannot use, before anything loads. Raises `UsageError`."""
-    from .tasks import TASKS
-
     for name in ("steps", "eval_rows", "jobs"):
         value = getattr(args, name)
         if value is not None and value < 1:

@@ -135,17 +135,11 @@ def paired_table(results: list[dict]) -> tuple[list[dict], str]:
         rows.append({"a": a, "b": b, **c})
         if c["n"] < 2:
             continue
-
-        def p(value):
-            return "n/a" if value is None else f"{value:.3f}"
-
-        power = c.get("power_at_effect")
-        detect = c.get("detectable_at_80_power")
         lines.append(
             f"| {a} vs {b} | {c['n']} | {100 * c['mean_difference']:+.1f} | "
             f"[{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}] | {c['wins']} / {c['losses']} | "
-            f"{p(c['t_test_p'])} | {p(c['wilcoxon_p'])} | "
-            f"{'n/a' if power is None else f'{100 * power:.0f}%'} | {'n/a' if detect is None else f'{100 * detect:.1f}'} |"
+            f"{_or_na(c['t_test_p'], '.3f')} | {_or_na(c['wilcoxon_p'], '.3f')} | "
+            f"{_or_na(c.get('power_at_effect'), '.0%')} | {_or_na(c.get('detectable_at_80_power'), '.1f', 100)} |"
         )
     return rows, "\n".join(lines)
 
@@ -153,6 +147,11 @@ def paired_table(results: list[dict]) -> tuple[list[dict], str]:
 def _tail_mean(curve: list[dict], key: str, n: int = 3) -> float | None:
     values = [e[key] for e in curve if key in e]
     return statistics.fmean(values[-n:]) if values else None
+
+
+def _or_na(value: float | None, spec: str, scale: float = 1.0) -> str:
+    """`value * scale` formatted with `spec`, or "n/a" where there is no value."""
+    return "n/a" if value is None else format(scale * value, spec)
 
 
 def _pct(mean_std) -> str:
@@ -172,8 +171,6 @@ def markdown_table(base: dict, summary: dict) -> str:
         ratio = sel.get("jsd_selected_mean", float("nan")) / max(sel.get("jsd_all_mean", float("nan")), 1e-12)
         low, high = s.get("accuracy_after_ci95", (float("nan"), float("nan")))
         lr = s.get("learning_rate")
-        tokens = s.get("tokens_trained_mean")
-        perturbed = s.get("perturbed_forwards_mean")
         lines.append(
             f"| {name} | {'' if lr is None else f'{lr:g}'} | {_pct(s['accuracy_after_mean_std'])} | "
             f"[{100 * low:.1f}, {100 * high:.1f}] | {', '.join(f'{100 * a:.0f}' for a in s['accuracy_after'])} | "
@@ -181,8 +178,8 @@ def markdown_table(base: dict, summary: dict) -> str:
             + f" | {100 * sel.get('decision_tokens_selected', float('nan')):.0f}%"
             + f" | {100 * sel.get('selected_that_are_decision', float('nan')):.0f}%"
             + f" | {ratio:.2f}"
-            + f" | {'n/a' if tokens is None else f'{tokens:,.0f}'}"
-            + f" | {'n/a' if perturbed is None else f'{perturbed:,.0f}'}"
+            + f" | {_or_na(s.get('tokens_trained_mean'), ',.0f')}"
+            + f" | {_or_na(s.get('perturbed_forwards_mean'), ',.0f')}"
             + f" | {s['train_seconds_mean_std'][0]:.0f} |"
         )
     return "\n".join(lines)

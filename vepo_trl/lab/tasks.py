@@ -121,29 +121,32 @@ class LabTask:
 
 
 TASKS: dict[str, LabTask] = {
-    "colour": LabTask(
-        name="colour",
-        kinds=("colour",),
-        description="one square, 'What colour is the square?'; ~20-token responses, one image-decided token "
-        "(the first lab task: full GRPO saturates it)",
-        confusions=SFT_CONFUSIONS,
-        accuracy_reward="accuracy",
-        max_completion_length=28,
-        corpus_kinds=("count", "colour"),
-        warm_start=dict(vocab_size=400, sft_rows=2048, sft_steps=300),
-    ),
-    "squares": LabTask(
-        name="squares",
-        kinds=("squares",),
-        description="three squares, their colours from left to right; ~40-token responses, three image-decided "
-        "tokens among many interchangeable wording tokens, graded as an ordered list",
-        confusions=SFT_CONFUSIONS,
-        accuracy_reward="exact_match",
-        max_completion_length=56,
-        corpus_kinds=("squares",),
-        # 512: the corpus's words become single tokens; three squares take 900 SFT steps to be read (300: all blue)
-        warm_start=dict(vocab_size=512, sft_rows=4096, sft_steps=900),
-    ),
+    task.name: task
+    for task in (
+        LabTask(
+            name="colour",
+            kinds=("colour",),
+            description="one square, 'What colour is the square?'; ~20-token responses, one image-decided token "
+            "(the first lab task: full GRPO saturates it)",
+            confusions=SFT_CONFUSIONS,
+            accuracy_reward="accuracy",
+            max_completion_length=28,
+            corpus_kinds=("count", "colour"),
+            warm_start=dict(vocab_size=400, sft_rows=2048, sft_steps=300),
+        ),
+        LabTask(
+            name="squares",
+            kinds=("squares",),
+            description="three squares, their colours from left to right; ~45-token responses, three image-decided "
+            "tokens among many interchangeable wording tokens, graded as an ordered list",
+            confusions=SFT_CONFUSIONS,
+            accuracy_reward="exact_match",
+            max_completion_length=56,
+            corpus_kinds=("squares",),
+            # 512: the corpus's words become single tokens; three squares take 900 SFT steps to be read (300: all blue)
+            warm_start=dict(vocab_size=512, sft_rows=4096, sft_steps=900),
+        ),
+    )
 }
 DEFAULT_TASK = "squares"
 

@@ -7,13 +7,14 @@ GSPO, the entropy bonus, weight mode, an fp32 LM head). One command for any cont
     python benchmarks/gpu_smoke.py --cpu      # the same cases on the CPU in fp32 (what CI-like machines can check)
 
 Each case trains the tiny Qwen2.5-VL (the real model and processor classes) on synthetic visual rows, then checks
-that the loss is finite, that VEPO's metrics were logged and that trained weights moved. Prints one line per case and
-a summary; exits 1 if any case failed.
+that the loss is finite, that VEPO's metrics were logged and that trained weights moved. Prints one line per case, a
+summary and a JSON line; exits 1 if any case failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -150,7 +151,9 @@ def main():
                 print("       " + problem.replace("\n", "\n       "))
             if problems:
                 failures.append(name)
-        print(f"{total - len(failures)} passed, {len(failures)} failed in {time.perf_counter() - start_all:.0f} s")
+        seconds = time.perf_counter() - start_all
+        print(f"{total - len(failures)} passed, {len(failures)} failed in {seconds:.0f} s")
+        print(json.dumps({"passed": total - len(failures), "failed": failures, "seconds": round(seconds, 1)}))
     sys.exit(1 if failures else 0)
 
 

@@ -8,8 +8,10 @@ The signal pass of that very step is checked against a full-logits reference at 
 
     python benchmarks/real_width_check.py --model 7b      # about 2-4 minutes on 2 cores, ~10 GB of memory
     python benchmarks/real_width_check.py --model 3b
+    python benchmarks/real_width_check.py --device cuda   # on a GPU: bf16 mixed precision, against the same float64
 
-The last line is one JSON object with the errors, times and peaks.
+On CUDA the step runs in bf16 (as the recipes do), so the errors printed are those of the bf16 signal pass; the phases
+then also report the peak GPU memory. The last line is one JSON object with the errors, times and peaks.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ RECIPE_PIXELS = dict(min_pixels=262144, max_pixels=1000000)  # recipes/Qwen2.5-V
 class PhaseMeter:
     """Wall time and peak resident memory (sampled every 20 ms) per named phase."""
 
-    def __init__(self):
+    def __init__(self, device: torch.device | None = None):
+        self.cuda = device is not None and device.type == "cuda"
         self.process = psutil.Process()
         self.phases: dict[str, dict[str, float]] = {}
         self._peak = 0
@@ -68,11 +71,19 @@ class PhaseMeter:
     @contextmanager
     def phase(self, name: str):
         self._peak = self.process.memory_info().rss
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
         try:
             yield
         finally:
+            if self.cuda:
+                torch.cuda.synchronize()
             entry = self.phases.setdefault(name, {"seconds": 0.0, "peak_gb": 0.0, "calls": 0})
+            if self.cuda:
+                peak = torch.cuda.max_memory_allocated() / 1e9
+                entry["peak_gpu_gb"] = max(entry.get("peak_gpu_gb", 0.0), peak)
             entry["seconds"] += time.perf_counter() - start
             entry["peak_gb"] = max(entry["peak_gb"], max(self._peak, self.process.memory_info().rss) / 1e9)
             entry["calls"] += 1
@@ -164,7 +175,14 @@ def main() -> None:
     parser.add_argument("--vision_depth", type=int, default=2, help="Vision blocks (the real: 32).")
     parser.add_argument("--image_size", type=int, default=448)
     parser.add_argument("--completion_length", type=int, default=32)
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu",
+                        help="cpu: fp32 (the default); cuda: bf16 mixed precision; auto: cuda when there is one")  # fmt: skip
     args = parser.parse_args()
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("real_width_check.py: --device cuda, but torch sees no CUDA device")
+    device = torch.device(args.device)
     torch.set_num_threads(os.cpu_count() or 1)
 
     from peft import LoraConfig
@@ -173,7 +191,7 @@ def main() -> None:
     from vepo_trl import VEPOConfig, VEPOTrainer
     from vepo_trl.scoring import reference_token_signals
 
-    meter = PhaseMeter()
+    meter = PhaseMeter(device)
     with meter.phase("build model"):
         model, processor, ids = build(args.model, args.layers, args.vision_depth)
     vocab = model.config.get_text_config().vocab_size
@@ -197,8 +215,8 @@ def main() -> None:
             learning_rate=1e-4,
             report_to="none",
             save_strategy="no",
-            use_cpu=True,
-            bf16=False,
+            use_cpu=device.type == "cpu",
+            bf16=device.type == "cuda",
             disable_tqdm=True,
             score_zero_advantage_rows=True,  # score both completions even if the rewards tie
             # Only the tokenizer's 600 ids decode: the rest of the real vocabulary stays in the head, never sampled
@@ -248,15 +266,19 @@ def main() -> None:
         "max_abs_error": errors,
         "phases": {name: {k: round(v, 3) for k, v in entry.items()} for name, entry in meter.phases.items()},
         "threads": torch.get_num_threads(),
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "precision": "bf16" if device.type == "cuda" else "fp32",
     }
     print(f"\n{summary['model']}: width {text.hidden_size}, vocabulary {vocab}, {args.layers} layers, "
           f"{args.vision_depth} vision blocks, {args.image_size} px image ({summary['image_tokens']} image tokens in a micro-batch of 2 prompts)")  # fmt: skip
     print(f"signals of the training step against the full-logits reference over {tokens} tokens:")
     for name, value in errors.items():
         print(f"  max |error| {name:<18} {value:.2e}")
-    print(f"{'phase':<36} {'seconds':>8} {'calls':>6} {'peak RSS GB':>12}")
+    gpu = device.type == "cuda"
+    print(f"{'phase':<36} {'seconds':>8} {'calls':>6} {'peak RSS GB':>12}" + (f" {'peak GPU GB':>12}" if gpu else ""))
     for name, entry in meter.phases.items():
-        print(f"{name:<36} {entry['seconds']:>8.2f} {entry['calls']:>6} {entry['peak_gb']:>12.2f}")
+        print(f"{name:<36} {entry['seconds']:>8.2f} {entry['calls']:>6} {entry['peak_gb']:>12.2f}"
+              + (f" {entry.get('peak_gpu_gb', 0.0):>12.2f}" if gpu else ""))  # fmt: skip
     print(json.dumps(summary))
 
 

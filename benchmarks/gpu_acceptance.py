@@ -1,0 +1,425 @@
+"""One command that proves a release on a GPU, inside the few minutes a GPU is lent (< 8 minutes on one H100).
+
+Sections, each a separate process (a crash in one is reported, the rest still run):
+
+- `bench`       `bench_gpu_step.py` at Qwen2.5-VL-3B's shape: GRPO, top-20% entropy and VEPO step and `compute_loss`
+                times, the perturbed forward, peak memory and the overhead bound (VEPO's `compute_loss` <= entropy's
+                + one no-grad forward + 10%). Runs first and alone, so nothing else shares the GPU while it is timed.
+- `families`    `gpu_families.py`: every family's tiny model (real classes), two bf16 VEPO steps with `diffusion` and
+                with `patch_blackout`, and `full` against TRL's `GRPOTrainer` (loss and gradients to bf16 tolerance).
+- `smoke`       `gpu_smoke.py --quick`: every strategy, perturbation and loss type's code path on one family.
+- `real_width`  `real_width_check.py --device cuda`: a 7B-wide model (vocabulary 152,064) trained one LoRA step in
+                bf16, its signals against a float64 full-logits reference.
+- `launch:*`    `accelerate launch --num_processes 1` with each of `recipes/accelerate_configs/*.yaml` on the tiny
+                recipe, a few steps each, through `launch_probe.py`, which reports what accelerate really ran.
+
+    python benchmarks/gpu_acceptance.py                     # CUDA; prints a table and a final JSON line
+    python benchmarks/gpu_acceptance.py --cpu --quick       # the same sections on the CPU, small (what CI runs)
+    python benchmarks/gpu_acceptance.py --only bench,smoke  # some sections
+
+On a GPU machine without a package registry, `benchmarks/gpu_prepare.py` (run where PyPI is reachable) gathers the
+wheels it lacks and prints the device command. Each section's whole output goes to `--out`/acceptance.log, the
+summary to `--out`/acceptance.json. Exits 1 when a section fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+CONFIGS = sorted((ROOT / "recipes" / "accelerate_configs").glob("*.yaml"))
+TINY_RECIPE = ROOT / "recipes" / "tiny" / "config_vepo.yaml"
+# Accelerate's distributed type and DeepSpeed stage each config must really give on a GPU
+EXPECTED = {"ddp": ("MULTI_GPU", None), "fsdp": ("FSDP", None), "zero2": ("DEEPSPEED", 2), "zero3": ("DEEPSPEED", 3)}
+# Signal pass against float64 at a 152K vocabulary (nats): fp32 accumulation alone gives ~2e-4 in the entropy
+SIGNAL_TOLERANCE = {"bf16": 1e-2, "fp32": 1e-3}
+
+
+@dataclass
+class Section:
+    name: str
+    argv: list[str]
+    parse: callable
+    env: dict = field(default_factory=dict)
+    timeout: float = 300.0
+    alone: bool = False  # timed: nothing else runs beside it
+    skip: str | None = None
+
+
+@dataclass
+class Result:
+    name: str
+    status: str  # ok | FAIL | skipped | timeout
+    seconds: float
+    summary: str
+    figures: dict
+    log: str = ""
+
+
+def last_json(output: str) -> dict | None:
+    for line in reversed(output.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                return None
+    return None
+
+
+def attention_implementation() -> str:
+    """flash-attention 2 when the machine has it, else PyTorch's sdpa (transformers' default)."""
+    return "flash_attention_2" if importlib.util.find_spec("flash_attn") is not None else "sdpa"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What each section's output means
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def parse_bench(output, returncode, cpu):
+    data = last_json(output)
+    if returncode or not data:
+        return "FAIL", "no result", {}
+    entropy, vepo, grpo = data["entropy_top20"], data["vepo"], data["grpo"]
+    figures = {
+        "model": data["model"],
+        "step_s": {m: round(data[m]["step"], 4) for m in ("grpo", "entropy_top20", "vepo")},
+        "compute_loss_s": {m: round(data[m]["compute_loss"], 4) for m in ("grpo", "entropy_top20", "vepo")},
+        "perturbed_forward_s": round(vepo.get("perturbed_forward", 0.0), 4),
+        "signals_s": round(vepo.get("signals", 0.0), 4),
+        "no_grad_forward_s": round(data["no_grad_forward_seconds"], 4),
+        "bound_s": round(data["vepo_compute_loss_bound_seconds"], 4),
+        "within_bound": data["vepo_within_time_bound"],
+        "peak_gb": {m: round(data[m]["peak_memory_gb"], 2) for m in ("grpo", "entropy_top20", "vepo")},
+    }
+    summary = (
+        f"step GRPO {grpo['step']:.3f} / entropy {entropy['step']:.3f} / VEPO {vepo['step']:.3f} s; VEPO compute_loss "
+        f"{vepo['compute_loss']:.3f} s vs bound {data['vepo_compute_loss_bound_seconds']:.3f} s; perturbed fwd "
+        f"{vepo.get('perturbed_forward', 0.0):.3f} s"
+    )
+    if not cpu:
+        summary += f"; peak {vepo['peak_memory_gb']:.1f} GB (entropy {entropy['peak_memory_gb']:.1f})"
+    # On the CPU the tiny model's times say nothing about the bound: the run itself is the check there
+    ok = cpu or data["vepo_within_time_bound"]
+    return ("ok" if ok else "FAIL"), summary, figures
+
+
+def parse_families(output, returncode, cpu):
+    data = last_json(output)
+    if not data:
+        return "FAIL", "no result", {}
+    figures = {"passed": data["passed"], "failed": data["failed"], "skipped_families": data["skipped"]}
+    worst = [row for row in data["rows"] if row["check"] == "full = GRPOTrainer" and row["status"] == "ok"]
+    summary = f"{data['passed']} checks passed, {len(data['failed'])} failed, {data['skipped']} families skipped"
+    if worst:
+        summary += f"; full = GRPO on {len(worst)} families"
+        figures["full_vs_grpo"] = {row["family"]: row["detail"] for row in worst}
+    if data["failed"]:
+        summary += f"; failed: {', '.join(data['failed'])}"
+    return ("ok" if returncode == 0 and not data["failed"] else "FAIL"), summary, figures
+
+
+def parse_smoke(output, returncode, cpu):
+    data = last_json(output)
+    if not data:
+        return "FAIL", "no result", {}
+    summary = f"{data['passed']} cases passed, {len(data['failed'])} failed"
+    if data["failed"]:
+        summary += f": {', '.join(data['failed'])}"
+    return ("ok" if returncode == 0 and not data["failed"] else "FAIL"), summary, data
+
+
+def parse_real_width(output, returncode, cpu):
+    data = last_json(output)
+    if returncode or not data:
+        return "FAIL", "no result", {}
+    errors = data["max_abs_error"]
+    tolerance = SIGNAL_TOLERANCE[data.get("precision", "fp32")]
+    ok = data["tokens_checked"] > 0 and all(value <= tolerance for value in errors.values())
+    phases = data["phases"]
+    figures = {
+        "model": data["model"],
+        "precision": data.get("precision"),
+        "tokens_checked": data["tokens_checked"],
+        "max_abs_error": errors,
+        "tolerance": tolerance,
+        "perturbed_forward_s": phases.get("perturbed forward", {}).get("seconds"),
+        "signals_s": phases.get("VEPO signals (tiled)", {}).get("seconds"),
+        "peak_gpu_gb": max((p.get("peak_gpu_gb", 0.0) for p in phases.values()), default=None),
+    }
+    summary = (
+        f"{data['model']} {data.get('precision')}, vocab {data['vocab_size']}, {data['tokens_checked']} tokens: "
+        f"max |err| entropy {errors['entropy']:.1e}, JSD {errors['jsd']:.1e}, perturbed entropy "
+        f"{errors['perturbed_entropy']:.1e} (tolerance {tolerance:.0e})"
+    )
+    return ("ok" if ok else "FAIL"), summary, figures
+
+
+def make_parse_launch(config: str, report_path: Path):
+    def parse(output, returncode, cpu):
+        try:
+            data = json.loads(report_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return "FAIL", f"exit {returncode}, no report", {}
+        problems = []
+        expected_type, expected_stage = EXPECTED.get(config, (None, None))
+        if (
+            not cpu
+            and expected_type
+            and (data["distributed_type"], data["zero_stage"]) != (expected_type, expected_stage)
+        ):
+            problems.append(
+                f"ran as {data['distributed_type']} (stage {data['zero_stage']}), expected {expected_type}"
+            )
+        if not data["losses_finite"] or data["global_step"] < 2:
+            problems.append(f"steps {data['global_step']}, losses {data['losses']}")
+        if not data["saved"]:
+            problems.append("no model saved")
+        if returncode:
+            problems.append(f"exit {returncode}")
+        stage = f" stage {data['zero_stage']}" if data["zero_stage"] else ""
+        fsdp = f" v{data['fsdp_version']}" if data.get("fsdp_version") else ""
+        summary = (
+            f"{data['distributed_type']}{stage}{fsdp}, {data['mixed_precision']}, {data['attention']}, "
+            f"{data['device']}: {data['global_step']} steps, loss {data['losses'][-1] if data['losses'] else None}, "
+            f"saved {', '.join(data['saved']) or 'nothing'}"
+        )
+        if problems:
+            summary += "; " + "; ".join(problems)
+        return ("FAIL" if problems else "ok"), summary, data
+
+    return parse
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The plan
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def sections(cpu: bool, quick: bool, scratch: Path) -> list[Section]:
+    py = sys.executable
+    plan = [
+        Section(
+            "bench",
+            [py, str(BENCH / "bench_gpu_step.py")]
+            + (
+                # The CPU run checks the code path: tiny widths, a short batch
+                [
+                    "--tiny",
+                    "--steps",
+                    "1",
+                    "--warmup",
+                    "1",
+                    "--completions",
+                    "4",
+                    "--completion_length",
+                    "32",
+                    "--image_side",
+                    "112",
+                ]
+                if cpu
+                else ["--steps", "3", "--warmup", "1"]
+            ),
+            parse_bench,
+            timeout=240,
+            alone=True,
+        ),
+        Section(
+            "families",
+            [py, str(BENCH / "gpu_families.py")]
+            + (["--cpu"] if cpu else [])
+            + (["--families", "qwen2.5-vl,gemma3,llava-next"] if cpu and quick else []),
+            parse_families,
+        ),
+        Section(
+            "smoke",
+            [py, str(BENCH / "gpu_smoke.py"), "--quick"] + (["--cpu"] if cpu else []),
+            parse_smoke,
+        ),
+        Section(
+            "real_width",
+            [py, str(BENCH / "real_width_check.py")]
+            + (
+                [
+                    "--device",
+                    "cpu",
+                    "--model",
+                    "3b",
+                    "--layers",
+                    "1",
+                    "--vision_depth",
+                    "1",
+                    "--completion_length",
+                    "8",
+                ]
+                if cpu
+                else ["--device", "cuda", "--model", "7b"]
+            ),  # fmt: skip
+            parse_real_width,
+        ),
+    ]
+    attention = attention_implementation()
+    for port, config in enumerate(CONFIGS, start=29611):
+        name = config.stem
+        deepspeed = "zero" in name
+        skip = None
+        if cpu and deepspeed:
+            skip = "accelerate runs DeepSpeed on an accelerator only"
+        elif deepspeed and importlib.util.find_spec("deepspeed") is None:
+            skip = "deepspeed is not installed (benchmarks/gpu_prepare.py carries it)"
+        output_dir = scratch / f"launch-{name}"
+        report = scratch / f"launch-{name}.json"
+        argv = [py, "-m", "accelerate.commands.launch", "--config_file", str(config), "--num_processes", "1",
+                "--main_process_port", str(port)]  # fmt: skip
+        if cpu:
+            argv += ["--cpu", "--mixed_precision", "no"]
+        argv += [str(BENCH / "launch_probe.py"), "--config", str(TINY_RECIPE), "--output_dir", str(output_dir),
+                 "--max_steps", "3", "--logging_steps", "1", "--synthetic_rows", "16", "--selection_samples_steps", "0",
+                 "--disable_tqdm", "true", "--attn_implementation", attention]  # fmt: skip
+        argv += ["--use_cpu", "true", "--bf16", "false"] if cpu else ["--use_cpu", "false", "--bf16", "true"]
+        plan.append(
+            Section(
+                f"launch:{name}",
+                argv,
+                make_parse_launch(name, report),
+                env={"VEPO_LAUNCH_REPORT": str(report)},
+                skip=skip,
+            )  # fmt: skip
+        )
+    return plan
+
+
+def run_section(section: Section, cpu: bool, threads: int, deadline: float) -> Result:
+    if section.skip:
+        return Result(section.name, "skipped", 0.0, section.skip, {})
+    timeout = max(1.0, min(section.timeout, deadline - time.monotonic()))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(threads), **section.env}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    start = time.monotonic()
+    process = subprocess.Popen(section.argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)  # fmt: skip
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # accelerate's children too
+        output, _ = process.communicate()
+        seconds = time.monotonic() - start
+        return Result(section.name, "timeout", seconds, f"stopped after {seconds:.0f} s", {}, output)
+    seconds = time.monotonic() - start
+    try:
+        status, summary, figures = section.parse(output, process.returncode, cpu)
+    except Exception as error:  # a changed output format is a failure to report, not a crash of the whole run
+        status, summary, figures = "FAIL", f"unreadable output ({type(error).__name__}: {error})", {}
+    if status == "FAIL" and summary == "no result":
+        tail = [line for line in output.strip().splitlines() if line.strip()][-1:] or [""]
+        summary = f"exit {process.returncode}: {tail[0][:160]}"
+    return Result(section.name, status, seconds, summary, figures, output)
+
+
+def environment(cpu: bool) -> dict:
+    import torch
+
+    versions = {}
+    for name in ("torch", "transformers", "trl", "accelerate", "peft", "deepspeed", "datasets"):
+        try:
+            versions[name] = __import__(name).__version__
+        except Exception:  # not installed, or broken: say so
+            versions[name] = None
+    cuda = not cpu and torch.cuda.is_available()
+    return {
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "gpu_memory_gb": round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1) if cuda else None,
+        "cuda": torch.version.cuda if cuda else None,
+        "bf16": bool(cuda and torch.cuda.is_bf16_supported()),
+        "attention": attention_implementation(),
+        "python": sys.version.split()[0],
+        "versions": versions,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cpu", action="store_true", help="run the sections on the CPU (fp32)")
+    parser.add_argument("--quick", action="store_true", help="smaller sections (with --cpu: what CI runs)")
+    parser.add_argument("--only", default=None, help="comma-separated section names (launch:* matches prefixes)")
+    parser.add_argument("--jobs", type=int, default=None, help="sections run at once after the timed one "
+                        "(default: 4 on a GPU, 1 on the CPU)")  # fmt: skip
+    parser.add_argument("--budget", type=float, default=450.0, help="seconds for the whole run; sections still "
+                        "running then are stopped and reported as timeouts")  # fmt: skip
+    parser.add_argument("--out", type=Path, default=ROOT / "gpu-acceptance", help="folder for the log and JSON")
+    args = parser.parse_args()
+    import torch
+
+    if not args.cpu and not torch.cuda.is_available():
+        sys.exit("gpu_acceptance.py: no CUDA device; pass --cpu (with --quick for CI's size) to run on the CPU")
+    jobs = args.jobs or (1 if args.cpu else 4)
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    deadline = time.monotonic() + args.budget
+    info = environment(args.cpu)
+    print(f"device {info['device']}" + (f" ({info['gpu_memory_gb']} GiB, CUDA {info['cuda']})" if info["cuda"] else "")
+          + f"; attention {info['attention']}; Python {info['python']}; "
+          + ", ".join(f"{k} {v}" for k, v in info["versions"].items()), flush=True)  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory() as scratch:
+        plan = sections(args.cpu, args.quick, Path(scratch))
+        if args.only:
+            wanted = args.only.split(",")
+            plan = [s for s in plan if any(s.name == w or s.name.startswith(w.rstrip("*")) for w in wanted)]
+        results: dict[str, Result] = {}
+
+        def run(section):
+            result = run_section(section, args.cpu, threads if not section.alone else os.cpu_count() or 1, deadline)
+            results[section.name] = result
+            print(f"  {result.status:<7} {result.seconds:6.1f} s  {section.name}", flush=True)
+            return result
+
+        for section in [s for s in plan if s.alone]:
+            run(section)
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            list(pool.map(run, [s for s in plan if not s.alone]))
+    ordered = [results[s.name] for s in plan]
+    with open(args.out / "acceptance.log", "w") as log:
+        for result in ordered:
+            log.write(
+                f"\n{'=' * 30} {result.name}: {result.status} in {result.seconds:.1f} s {'=' * 30}\n{result.log}"
+            )
+    width = max(len(r.name) for r in ordered) if ordered else 8
+    print(f"\n{'section':<{width}}  {'status':<7} {'seconds':>7}  result")
+    for result in ordered:
+        print(f"{result.name:<{width}}  {result.status:<7} {result.seconds:7.1f}  {result.summary}")
+    passed = all(r.status in ("ok", "skipped") for r in ordered)
+    total = time.monotonic() - start
+    print(f"{'all sections passed' if passed else 'FAILED'} in {total:.0f} s on {info['device']}; "
+          f"full logs in {args.out / 'acceptance.log'}")  # fmt: skip
+    summary = {
+        **info,
+        "mode": ("cpu" if args.cpu else "gpu") + ("-quick" if args.quick else ""),
+        "passed": passed,
+        "seconds": round(total, 1),
+        "sections": {
+            r.name: {"status": r.status, "seconds": round(r.seconds, 1), "summary": r.summary, "figures": r.figures}
+            for r in ordered
+        },  # fmt: skip
+    }
+    (args.out / "acceptance.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary))
+    sys.exit(0 if passed else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -177,10 +177,12 @@ def main():
                 rows.append({"family": family.name, "check": "all", "status": "skipped", "detail": family.trl_failure})
                 print(f"skip        {family.name:<18} {family.trl_failure[:100]}")
                 continue
-            model_dir = str(save_tiny(family.name, os.path.join(tmp, family.name)))
+            model_dir = None
             for check in [f"vepo {p}" for p in PERTURBATIONS] + ["full = GRPOTrainer"]:
                 start = time.perf_counter()
                 try:
+                    # Built inside the try: a family whose processor cannot load here fails its own rows only
+                    model_dir = model_dir or str(save_tiny(family.name, os.path.join(tmp, family.name)))
                     if check.startswith("vepo"):
                         problems, detail = two_steps(model_dir, dataset, os.path.join(tmp, "out"), args.cpu, check[5:])
                     else:

@@ -48,6 +48,8 @@ PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (39, 35, 34, 31, 28, 27, 24, 17)
     "manylinux1_x86_64",
 ]
 ROOT_REQUIREMENT = "vepo-trl[deepspeed]"
+# Beyond the package's runtime needs: SmolVLM's processor spells numbers with num2words (the dev extra's)
+EXTRA_REQUIREMENTS = ("num2words>=0.5",)
 
 # The GPU image's Python packages (read off the machine on 2026-11-17; versions where a session printed them).
 # A name with a version is carried only when that version misses a requirement of the closure; one without is
@@ -80,6 +82,7 @@ GPU_IMAGE = set(GPU_IMAGE_VERSIONS) | {
 # Requirements of the closure left behind on purpose: what needs them is never run by the acceptance command
 LEFT_OUT = {
     "av": "qwen-vl-utils reads videos with it; vepo_trl imports only its image resizing (a 35 MB wheel)",
+    "docopt": "num2words' command line only (and PyPI has no wheel of it)",
 }
 # Built here from the sdist (PyPI has no wheel); DS_BUILD_OPS=0 leaves the CUDA ops to DeepSpeed's JIT
 BUILT_HERE = {"deepspeed"}
@@ -106,7 +109,7 @@ def closure(
     The requirements of a `provided` package are the image's business: they are not followed."""
     env = _environment()
     found: dict[str, tuple[str, list[tuple[str, Requirement]]]] = {}
-    stack = [("(root)", Requirement(root))]
+    stack = [("(root)", Requirement(root))] + [("(root)", Requirement(extra)) for extra in EXTRA_REQUIREMENTS]
     while stack:
         parent, requirement = stack.pop()
         name = canonicalize_name(requirement.name)
@@ -156,7 +159,8 @@ def plan() -> tuple[list[Carried], list[str]]:
             notes.append(f"left out {name}: {LEFT_OUT[name]}")
             continue
         if not version:
-            notes.append(f"not installed here, not carried: {name} (wanted by {', '.join(p for p, _ in required_by)})")
+            wanted_by = ", ".join(sorted({p for p, _ in required_by}))
+            notes.append(f"missing here: {name} (needed by {wanted_by}); pip install -e '.[dev,deepspeed]' first")
             continue
         misses = _misses(name, required_by)
         if misses:
@@ -252,6 +256,10 @@ def main() -> None:
         print(note)
     if args.plan:
         return
+    missing = [note for note in notes if note.startswith("missing here")]
+    if missing:
+        # Carrying a partial closure would only fail on the GPU machine, minutes into a lent slot
+        sys.exit(f"gpu_prepare.py: {missing[0]}")
     if not args.check:
         download(args.dir, wanted)
     problems = check(args.dir, wanted)

@@ -3,7 +3,7 @@
 GSPO, the entropy bonus, weight mode, an fp32 LM head). One command for any contributor with a GPU:
 
     python benchmarks/gpu_smoke.py            # CUDA + bf16; about 2-4 minutes on one H100
-    python benchmarks/gpu_smoke.py --quick    # one case per code path
+    python benchmarks/gpu_smoke.py --quick    # each strategy, perturbation and loss type once
     python benchmarks/gpu_smoke.py --cpu      # the same cases on the CPU in fp32 (what CI-like machines can check)
 
 Each case trains the tiny Qwen2.5-VL (the real model and processor classes) on synthetic visual rows, then checks
@@ -43,19 +43,20 @@ def length_reward(completions, **kwargs):
 
 
 def cases(quick: bool):
+    """Every strategy, perturbation and loss type; `quick` drops only the strategy x perturbation cross product
+    (each strategy with `diffusion`, each perturbation with `vepo`)."""
+    pairs = set()
+    for strategy, info in SELECTION_STRATEGIES.items():
+        for perturbation in sorted(PERTURBATIONS) if info.needs_perturbed_pass else ["diffusion"]:
+            if not quick or strategy == "vepo" or perturbation == "diffusion":
+                pairs.add((strategy, perturbation))
     yield "strategy=vepo perturbation=diffusion", {}
-    for strategy, info in sorted(SELECTION_STRATEGIES.items()):
-        perturbations = sorted(PERTURBATIONS) if info.needs_perturbed_pass and not quick else ["diffusion"]
-        for perturbation in perturbations:
-            if (strategy, perturbation) != ("vepo", "diffusion") and not (quick and strategy != "vepo"):
-                yield (
-                    f"strategy={strategy} perturbation={perturbation}",
-                    {
-                        "selection_strategy": strategy,
-                        "perturbation": perturbation,
-                    },
-                )
-    for loss_type in SUPPORTED_LOSS_TYPES if not quick else ["dapo"]:
+    for strategy, perturbation in sorted(pairs - {("vepo", "diffusion")}):
+        yield (
+            f"strategy={strategy} perturbation={perturbation}",
+            {"selection_strategy": strategy, "perturbation": perturbation},
+        )
+    for loss_type in SUPPORTED_LOSS_TYPES:
         yield f"loss_type={loss_type}", {"loss_type": loss_type}
     yield "beta=0.04 (reference model, KL)", {"beta": 0.04}
     yield "rollout-time scoring (steps_per_generation=2)", {"steps_per_generation": 2}
@@ -124,7 +125,9 @@ def run_case(model_dir, dataset, overrides, cpu: bool):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="one case per code path")
+    parser.add_argument(
+        "--quick", action="store_true", help="each strategy, perturbation and loss type once (no cross product)"
+    )
     parser.add_argument("--cpu", action="store_true", help="run on the CPU in fp32")
     parser.add_argument("--only", default=None, help="run the cases whose name contains this text")
     args = parser.parse_args()

@@ -27,6 +27,7 @@ NOT_HERE = [
     (r"\bruns/|eval_data|eval-vepo-7b|figure\.png", "a folder or file the reader brings (a trained run, data)"),
     (r"--output_dir docs/lab|--seeds 0,1,2,3,4", "a full lab or sweep: 10+ minutes; `lab --quick` runs instead"),
     (r"lab --build_warm_start", "builds the lab's warm start (2 minutes); `lab --quick` builds a small one"),
+    (r"benchmarks/gpu_", "a GPU check, or wheels downloaded for one; tests/test_gpu_acceptance.py runs its CPU path"),
 ]
 
 

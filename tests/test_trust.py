@@ -101,6 +101,8 @@ def test_plan_run_decisions(tmp_path):
     folder = tmp_path / "run"
     assert plan_run(str(folder), {"a": 1}, resume=None, overwrite=False).checkpoint is None  # nothing there
     (folder / "checkpoint-5").mkdir(parents=True)
+    for name in ("trainer_state.json", "model.safetensors"):  # what a saved checkpoint holds
+        (folder / "checkpoint-5" / name).write_text("{}")
     # Checkpoints without a record: resumed only when asked
     with pytest.raises(UsageError, match="without a record of its settings"):
         plan_run(str(folder), {"a": 1}, resume=None, overwrite=False)

@@ -131,6 +131,30 @@ def holds_a_run(folder: Path) -> bool:
     )
 
 
+# What a checkpoint's weights are saved as: the model (one file or shards), a LoRA adapter, FSDP's or DeepSpeed's own
+_WEIGHT_PATTERNS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                    "pytorch_model.bin.index.json", "adapter_model.safetensors", "adapter_model.bin",
+                    "pytorch_model_fsdp*", "global_step*")  # fmt: skip
+
+
+def checkpoint_problem(checkpoint: str | Path) -> str | None:
+    """Why `checkpoint` cannot be resumed from (a run killed while saving leaves such a folder), or None."""
+    path = Path(checkpoint)
+    lacking = []
+    if not (path / "trainer_state.json").is_file():
+        lacking.append("trainer_state.json")
+    if not any(any(path.glob(pattern)) for pattern in _WEIGHT_PATTERNS):
+        lacking.append("weights (model.safetensors, an adapter, or FSDP / DeepSpeed state)")
+    return f"{path} is not a complete checkpoint: it has no {' and no '.join(lacking)}" if lacking else None
+
+
+def _checked(checkpoint: str, hint: str) -> str:
+    problem = checkpoint_problem(checkpoint)
+    if problem:
+        raise UsageError(f"{problem}; {hint}")
+    return checkpoint
+
+
 def _step(checkpoint: str) -> str:
     return checkpoint.rsplit("-", 1)[-1]
 
@@ -183,10 +207,12 @@ def plan_run(output_dir: str, settings: dict[str, Any], *, resume: str | bool | 
     if resume is True:
         if last is None:
             raise UsageError(f"resume_from_checkpoint: {folder} holds no checkpoint-* folder to resume from.")
+        _checked(last, "remove it to resume from an earlier checkpoint, or name one with --resume_from_checkpoint.")
         return RunPlan(last, f"Resuming from {last} (step {_step(last)}), as asked.")
     if resume:
         if not Path(resume).expanduser().is_dir():
             raise UsageError(f"resume_from_checkpoint {resume}: no such checkpoint folder.")
+        _checked(str(Path(resume).expanduser()), "name a checkpoint-* folder a run saved.")
         return RunPlan(str(resume), f"Resuming from {resume}, as asked.")
     if last is not None:
         if record is None:
@@ -195,6 +221,7 @@ def plan_run(output_dir: str, settings: dict[str, Any], *, resume: str | bool | 
                 f"({RUN_FILE}): pass --resume_from_checkpoint true to resume it, --overwrite_output_dir true to start "
                 "fresh, or choose another --output_dir."
             )
+        _checked(last, "remove it to resume from an earlier checkpoint, or name one with --resume_from_checkpoint.")
         return RunPlan(
             last,
             f"Resuming from {last} (step {_step(last)}): {folder}/ holds checkpoints of a run with the same settings "

@@ -350,6 +350,9 @@ def main(
         write_record(output_dir, settings)
     trainer.accelerator.wait_for_everyone()
     result = trainer.train(resume_from_checkpoint=plan.checkpoint)
+    restore = getattr(trainer, "checkpoint_restore", None)
+    if restore is not None and trainer.accelerator.is_main_process:
+        print(restore.line())
     if not quiet:
         trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)

@@ -1,0 +1,129 @@
+"""Restore a Trainer checkpoint's weights under the model's own names.
+
+transformers 5 saves a model in its checkpoint format: `save_pretrained` reverts the key conversion `from_pretrained`
+applies (Qwen2.5-VL's `model.visual.blocks.0...` is saved as `visual.blocks.0...`, `model.language_model.layers...`
+as `model.layers...`). The Trainer's resume (`Trainer._load_from_checkpoint`, `_load_best_model`) reads that file
+back with a plain `model.load_state_dict(state_dict, strict=False)`, so on every such family all weights but the
+few whose names the conversion leaves alone are reported as missing keys and keep their values: a resumed run
+continues from the base weights while announcing the checkpoint. `VEPOTrainer` calls `restore_weights` when the
+Trainer's own load left keys missing (so the workaround does nothing once transformers loads them itself).
+
+The name map comes from transformers' own inverse (`revert_weight_conversion`, what `save_pretrained` applies): each
+saved tensor is matched to the model tensor it was made from. A tensor that a converter rebuilds (merged or split
+experts) has no one-to-one name, and a checkpoint that still leaves a tensor unrestored is refused in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import torch
+from safetensors import safe_open
+
+from .errors import UsageError
+
+
+__all__ = ["CheckpointRestoreError", "RestoreReport", "restore_weights", "saved_names"]
+
+SAFE_WEIGHTS = "model.safetensors"
+SAFE_INDEX = "model.safetensors.index.json"
+
+
+class CheckpointRestoreError(UsageError):
+    """A checkpoint whose weights cannot all be restored: resuming would train on from other weights (one line)."""
+
+
+@dataclass
+class RestoreReport:
+    folder: str
+    restored: int  # model tensors set from the checkpoint
+    total: int  # model tensors (parameters and persistent buffers, tied ones once)
+    loaded_by_trainer: int  # those the Trainer's own load had found under the saved names
+    missing: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        return (
+            f"Restored {self.restored} of {self.total} weight tensors from {self.folder} (the Trainer's own load "
+            f"found {self.loaded_by_trainer} under the saved names; the rest were restored through transformers' key "
+            "conversion)"
+        )
+
+
+def _identity(tensor: torch.Tensor) -> tuple:
+    return (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+
+
+def saved_names(model: torch.nn.Module) -> dict[str, list[str]]:
+    """Saved checkpoint name -> the model's names of that tensor (several when tied), from transformers' inverse."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    state = model.state_dict()
+    by_tensor: dict[tuple, list[str]] = {}
+    for name, tensor in state.items():
+        by_tensor.setdefault(_identity(tensor), []).append(name)
+    reverted = revert_weight_conversion(model, dict(state)) if hasattr(model, "config") else state
+    names = {}
+    for saved, tensor in reverted.items():
+        model_names = by_tensor.get(_identity(tensor))
+        if model_names:
+            names[saved] = model_names
+    return names
+
+
+def _checkpoint_tensors(folder: str):
+    """(name, tensor) of every tensor in a checkpoint's safetensors file or shards."""
+    index = os.path.join(folder, SAFE_INDEX)
+    if os.path.isfile(index):
+        with open(index) as handle:
+            files = sorted(set(json.load(handle)["weight_map"].values()))
+    elif os.path.isfile(os.path.join(folder, SAFE_WEIGHTS)):
+        files = [SAFE_WEIGHTS]
+    else:
+        raise CheckpointRestoreError(f"{folder} holds no {SAFE_WEIGHTS} (or its index) to restore the weights from")
+    for file in files:
+        with safe_open(os.path.join(folder, file), framework="pt", device="cpu") as handle:
+            for name in handle.keys():
+                yield name, handle.get_tensor(name)
+
+
+def restore_weights(model: torch.nn.Module, folder: str, missing_after_trainer: list[str]) -> RestoreReport:
+    """Set every tensor of `model` from the checkpoint in `folder`, matching saved names to the model's.
+
+    Raises `CheckpointRestoreError` (one line) when a model tensor has no counterpart in the checkpoint."""
+    state = model.state_dict()
+    names = saved_names(model)
+    restored: set[str] = set()
+    with torch.no_grad():
+        for saved, tensor in _checkpoint_tensors(folder):
+            targets = names.get(saved) or ([saved] if saved in state else [])
+            for target in targets:
+                if tuple(state[target].shape) != tuple(tensor.shape):
+                    raise CheckpointRestoreError(
+                        f"{folder}: {saved} has shape {tuple(tensor.shape)}, the model's {target} "
+                        f"{tuple(state[target].shape)}: the checkpoint is of another model"
+                    )
+                state[target].copy_(tensor)  # the state dict's tensors share the parameters' storage
+                restored.add(target)
+    # Tied names are one tensor: restored once, counted once
+    groups: dict[tuple, list[str]] = {}
+    for name, tensor in state.items():
+        groups.setdefault(_identity(tensor), []).append(name)
+    missing = sorted(group[0] for group in groups.values() if not restored.intersection(group))
+    left_by_trainer = set(missing_after_trainer)
+    total = len(groups)
+    report = RestoreReport(
+        folder=folder,
+        restored=total - len(missing),
+        total=total,
+        loaded_by_trainer=sum(not left_by_trainer.intersection(group) for group in groups.values()),
+        missing=missing,
+    )
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise CheckpointRestoreError(
+            f"Cannot resume from {folder}: {len(missing)} of {total} weight tensors have no counterpart in its "
+            f"weights ({shown}); it was saved from another model or by another transformers version"
+        )
+    return report

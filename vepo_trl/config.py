@@ -147,7 +147,8 @@ class VEPOConfig(GRPOConfig):
         default=0,
         metadata={
             "help": "Every this many steps, write a few completions with their signals and selection to "
-            "output_dir/selection_samples.jsonl (render: vepo-trl inspect --records FILE). 0: never."
+            "output_dir/selection_samples.jsonl (render: vepo-trl inspect --records FILE; during the run they collect in "
+            "selection_samples.jsonl.partial, which replaces it at the end). 0: never."
         },
     )
     selection_samples_count: int = field(

@@ -10,17 +10,23 @@ folder is then
 - started fresh when asked (`overwrite_output_dir`); the earlier run's checkpoints are set aside in
   `previous_run/` (not deleted) and removed only once the new run has finished.
 
+One run at a time: a run holds a lock on the folder (`hold_folder`) while it trains, and a second run into it is
+refused in one line. The model card goes to `README.md` only where that file is absent or a card this library wrote.
+
 How long to train (`max_steps`, `num_train_epochs`) is not part of the record: resuming with a larger `max_steps`
 trains a run further. `vepo-trl lab` keeps the same kind of record, `vepo_lab.json`, for its runs (`vepo_trl.lab`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
+import fcntl
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +56,53 @@ MODEL_FIELDS = (
 )  # fmt: skip
 # What in a folder shows that a run left something there (besides checkpoint-* folders)
 _RUN_OUTPUTS = ("config.json", "adapter_config.json", "summary.md", "metrics.jsonl", "trainer_state.json")
+
+
+# "_" first: the Trainer's Hub uploads skip it
+LOCK_FILE = "_vepo_run.lock"
+CARD_FILE = "README.md"
+
+
+@contextlib.contextmanager
+def hold_folder(folder: str | Path) -> Iterator[None]:
+    """Hold `folder` for this run: a second run into it (same machine or a shared file system with flock) is refused in
+    one line. The lock goes with the process, so a killed run never leaves the folder locked."""
+    folder = Path(folder).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = open(folder / LOCK_FILE, "a+")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise UsageError(
+                f"output_dir {folder} is in use by another run ({holder}); wait for it to finish or choose another "
+                "--output_dir."
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {os.uname().nodename}")
+        handle.flush()
+        yield
+    finally:
+        handle.close()  # releases the lock
+
+
+def is_our_card(path: str | Path) -> bool:
+    """Whether `path` is a model card this library wrote (its front matter carries the `vepo` tag)."""
+    try:
+        from huggingface_hub import ModelCard
+
+        return "vepo" in (ModelCard.load(path).data.tags or [])
+    except Exception:  # not a card at all, or unreadable: not ours
+        return False
+
+
+def foreign_card(folder: str | Path) -> Path | None:
+    """The folder's `README.md` when it exists and this library did not write it (a model card must not replace it)."""
+    path = Path(folder).expanduser() / CARD_FILE
+    return path if path.is_file() and not is_our_card(path) else None
 
 
 def _plain(value: Any) -> Any:
@@ -250,7 +303,51 @@ def discard_set_aside(folder: Path) -> None:
     shutil.rmtree(Path(folder) / SET_ASIDE, ignore_errors=True)
 
 
-def write_record(folder: Path, settings: dict[str, Any], name: str = RUN_FILE) -> None:
+def data_fingerprint(dataset) -> str:
+    """sha256 of the rows a run trains on: the data set's Arrow content in order (images included), streamed through
+    Arrow's IPC writer so that slices, chunks and index mappings hash as the rows they stand for."""
+    import hashlib
+
+    import pyarrow as pa
+
+    digest = hashlib.sha256()
+
+    class _Sink:
+        closed = False
+
+        def write(self, data):
+            digest.update(data)
+            return len(data)
+
+        def flush(self):
+            pass
+
+    if getattr(dataset, "_indices", None) is not None:
+        dataset = dataset.flatten_indices(keep_in_memory=True)
+    table = dataset.data.table if hasattr(dataset.data, "table") else dataset.data
+    table = table.replace_schema_metadata(None)  # datasets keeps its own (per-object) fingerprint there
+    with pa.ipc.new_stream(pa.PythonFile(_Sink(), mode="w"), table.schema) as writer:
+        # Fixed 1,024-row batches, each one chunk: the hash follows the rows, not how Arrow happens to chunk them
+        for start in range(0, table.num_rows, 1024):
+            writer.write_table(table.slice(start, 1024).combine_chunks())
+    return digest.hexdigest()[:16]
+
+
+def check_same_data(folder: Path, fingerprint: str, resuming: bool) -> None:
+    """A resumed run trains on the data its checkpoints were trained on: refused in one line otherwise."""
+    record = read_record(folder) if resuming and folder.is_dir() else None
+    recorded = (record or {}).get("data_fingerprint")
+    if recorded and recorded != fingerprint:
+        raise UsageError(
+            f"output_dir {folder} holds a run trained on other data (data fingerprint {recorded} there, {fingerprint} "
+            "here: the data set or its files changed): resume with its data, pass --overwrite_output_dir true to "
+            "start fresh, or choose another --output_dir."
+        )
+
+
+def write_record(
+    folder: Path, settings: dict[str, Any], name: str = RUN_FILE, data_fingerprint: str | None = None
+) -> None:
     from importlib.metadata import PackageNotFoundError, version
 
     try:  # the installed distribution's version, as the model card states it (no import of the package facade)
@@ -258,4 +355,7 @@ def write_record(folder: Path, settings: dict[str, Any], name: str = RUN_FILE) -
     except PackageNotFoundError:
         installed = "unknown"
     folder.mkdir(parents=True, exist_ok=True)
-    write_json_atomically(folder / name, {"vepo_trl": installed, "settings": settings})
+    record = {"vepo_trl": installed, "settings": settings}
+    if data_fingerprint is not None:
+        record["data_fingerprint"] = data_fingerprint
+    write_json_atomically(folder / name, record)

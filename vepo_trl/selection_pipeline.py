@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers import TrainerCallback
 
 from .batch import completion_hidden, has_image, loss_mask, multimodal_inputs, rows_with_image, scoring_mode, sequence
 from .batch import take_rows as _take_rows
@@ -404,4 +405,35 @@ def write_selection_samples(host, inputs, signals: TokenSignals, selected, score
         rows=range(min(args.selection_samples_count, len(prompts))),
         meta={"perturbation": args.perturbation, "noise_step": host.current_noise_step()},
     )
-    save_records(os.path.join(args.output_dir, "selection_samples.jsonl"), records, append=True)
+    save_records(os.path.join(args.output_dir, SAMPLES_IN_PROGRESS), records, append=True)
+
+
+# A run's samples go to the in-progress file and replace `selection_samples.jsonl` when training ends: the file holds
+# one run's records, an earlier run's until a new one has finished, and a killed run's never
+SAMPLES_FILE = "selection_samples.jsonl"
+SAMPLES_IN_PROGRESS = SAMPLES_FILE + ".partial"
+
+
+class SelectionSamplesFile(TrainerCallback):
+    """Keeps `selection_samples.jsonl` to one run: at the start of training the in-progress file keeps only what a
+    resumed run already wrote before its checkpoint's step (a fresh run, nothing); at the end it replaces the file."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        partial = os.path.join(args.output_dir, SAMPLES_IN_PROGRESS)
+        if os.path.exists(partial):
+            from .insight.records import load_records, save_records
+
+            kept = [record for record in load_records(partial) if (record.step or 0) < state.global_step]
+            save_records(partial + ".tmp", kept)
+            os.replace(partial + ".tmp", partial)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        partial, final = (os.path.join(args.output_dir, name) for name in (SAMPLES_IN_PROGRESS, SAMPLES_FILE))
+        if os.path.exists(partial):
+            os.replace(partial, final)
+        elif os.path.exists(final):
+            os.remove(final)  # an earlier run's samples beside this run's model

@@ -9,6 +9,7 @@ Python. Any recipe key can be overridden on the command line (`--selection_ratio
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -32,7 +33,17 @@ from vepo_trl.local_models import (  # noqa: F401  (TINY_MODEL, LAB_MODEL: re-ex
     resolve_model_name,
 )
 from vepo_trl.rewards import get_reward_funcs
-from vepo_trl.run_folder import discard_set_aside, plan_run, run_settings, set_aside, write_record
+from vepo_trl.run_folder import (
+    check_same_data,
+    data_fingerprint,
+    discard_set_aside,
+    foreign_card,
+    hold_folder,
+    plan_run,
+    run_settings,
+    set_aside,
+    write_record,
+)
 from vepo_trl.trainer import VEPOTrainer
 
 
@@ -102,6 +113,12 @@ def check_output_dir(output_dir: str | None) -> None:
         raise UsageError(f"output_dir {output_dir}: {existing} is a file, so no folder can be made under it.")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(f"output_dir {output_dir}: {existing} is not writable; choose a folder you can write to.")
+    readme = foreign_card(path)
+    if readme is not None:
+        raise UsageError(
+            f"output_dir {output_dir} holds a {readme.name} that vepo-trl did not write, and the run's model card "
+            "would replace it: choose another --output_dir (or move the file)."
+        )
 
 
 def _check_values(script_args, training_args) -> None:
@@ -297,6 +314,13 @@ def main(
     transformers.utils.logging.set_verbosity(log_level)
     set_seed(training_args.seed)
 
+    # One run per folder: the main process holds it from the folder's first read to the model card
+    held = hold_folder(training_args.output_dir) if training_args.process_index == 0 else contextlib.nullcontext()
+    with held:
+        return _run(script_args, training_args, model_args, quiet=quiet)
+
+
+def _run(script_args, training_args, model_args, *, quiet: bool) -> VEPOTrainer:
     output_dir = Path(training_args.output_dir)
     settings = run_settings(script_args, training_args, model_args)
     plan = plan_run(
@@ -316,6 +340,8 @@ def main(
         training_args.seed,
         script_args.max_train_samples,
     )
+    fingerprint = data_fingerprint(train_dataset)
+    check_same_data(output_dir, fingerprint, resuming=plan.checkpoint is not None)
     eval_dataset = None
     if script_args.eval_dataset_name:
         eval_dataset = load_dataset_split(
@@ -347,7 +373,7 @@ def main(
     if trainer.accelerator.is_main_process:
         # Out of the new run's way, not deleted: the earlier run's checkpoints stay until this one has finished
         set_aside(output_dir, plan.set_aside)
-        write_record(output_dir, settings)
+        write_record(output_dir, settings, data_fingerprint=fingerprint)
     trainer.accelerator.wait_for_everyone()
     result = trainer.train(resume_from_checkpoint=plan.checkpoint)
     restore = getattr(trainer, "checkpoint_restore", None)

@@ -33,8 +33,9 @@ from .local_models import resolve_model_name
 from .model_card import build_model_card
 from .perturb import annealed_noise_step, get_perturbation
 from .perturbed_pass import PerturbedPass, check_lm_head, check_vision_support
+from .run_folder import foreign_card
 from .scoring import TOKEN_COUNT_NORMALISED_LOSSES, get_strategy
-from .selection_pipeline import COUNT_SCALE_KEY, SELECTION_KEY, SelectionPipeline
+from .selection_pipeline import COUNT_SCALE_KEY, SELECTION_KEY, SelectionPipeline, SelectionSamplesFile
 from .sharding import maybe_align_vision_tower
 
 
@@ -100,6 +101,7 @@ class VEPOTrainer(GRPOTrainer):
             dropout=has_active_dropout(self.model),
             noise_step_metric="noise_step" in inspect.signature(get_perturbation(args.perturbation)).parameters,
         )
+        self.add_callback(SelectionSamplesFile())
         # Under FSDP / ZeRO-3, every process runs the vision tower in every forward where one does (policy and
         # reference model): text-only micro-batches would otherwise skip its parameter gathers
         models = [m for m in (self.model, getattr(self, "ref_model", None)) if m is not None]
@@ -267,4 +269,10 @@ class VEPOTrainer(GRPOTrainer):
         if not self.is_world_process_zero():
             return
         card = build_model_card(self, model_name=model_name, dataset_name=dataset_name, tags=tags)
-        card.save(os.path.join(self.args.output_dir, "README.md"))
+        path = os.path.join(self.args.output_dir, "README.md")
+        if foreign_card(self.args.output_dir) is not None:  # the user's own README.md: never written over
+            path = os.path.join(self.args.output_dir, "MODEL_CARD.md")
+            logger.warning(
+                "%s/README.md is not a model card vepo_trl wrote: the card went to %s", self.args.output_dir, path
+            )
+        card.save(path)

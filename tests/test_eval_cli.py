@@ -277,3 +277,34 @@ def test_missing_local_copy_without_network_fails_fast(tiny_model_dir, tmp_path,
     assert error.value.code == 2 and "\n" not in err and time.perf_counter() - start < 10
     assert "AI4Math/MathVista is not in the local Hugging Face cache and the Hub is unreachable" in err
     assert "has no mathvista/ folder" in err
+
+
+def test_a_retrained_model_in_the_same_place_is_not_reported_with_the_old_answers(tiny_model_dir, data_dir, tmp_path,
+                                                                                  capsys):  # fmt: skip
+    """Eval folders are keyed by the weights' content: the same path with other weights is refused in one line (it
+    used to reuse `eval-<folder>` and report the old model's answers without a word)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    model = tmp_path / "my-model"
+    shutil.copytree(tiny_model_dir, model)
+    out = tmp_path / "results"
+    args = ["eval", "--model", str(model), "--data_dir", data_dir, "--output_dir", str(out), "--protocol", "rule",
+            "--benchmarks", "geometry3k", "--limit", "2", *FAST]  # fmt: skip
+    cli_main(args)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert len(manifest["model_weights"]) == 16
+    cli_main(args)  # the same weights: the folder is resumed as before
+    capsys.readouterr()
+    # Retrained in place: same folder name, other weights
+    weights = load_file(str(model / "model.safetensors"))
+    save_file({name: tensor + 0.01 if tensor.is_floating_point() else tensor for name, tensor in weights.items()},
+              str(model / "model.safetensors"))  # fmt: skip
+    records_before = (out / "geometry3k.jsonl").read_text()
+    with pytest.raises(SystemExit) as error:
+        cli_main(args)
+    assert error.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "weights changed" in err[0] and manifest["model_weights"] in err[0]
+    assert (out / "geometry3k.jsonl").read_text() == records_before

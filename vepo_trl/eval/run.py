@@ -145,6 +145,33 @@ def _model_identity(name: str | None) -> str | None:
     return str(path.resolve()) if path.exists() else name
 
 
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+def _weights_fingerprint(name: str | None) -> str | None:
+    """A content fingerprint of a local model's (or adapter's) weights: each weight file's size and bytes, read whole
+    up to 64 MB and beyond that as 64 blocks of 64 KB spread over the file (a retrained model changes its trained
+    tensors everywhere, so the samples change; reading 15 GB whole would take minutes). None for a Hub id."""
+    import hashlib
+
+    path = Path(name).expanduser() if name else None
+    if path is None or not path.is_dir():
+        return None
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in _WEIGHT_SUFFIXES)
+    for file in files:
+        size = file.stat().st_size
+        digest.update(f"{file.name}:{size}".encode())
+        with open(file, "rb") as handle:
+            if size <= 64 * 2**20:
+                digest.update(handle.read())
+                continue
+            for block in range(64):
+                handle.seek(block * (size - 2**16) // 63)
+                digest.update(handle.read(2**16))
+    return digest.hexdigest()[:16] if files else None
+
+
 def _generation_settings(args: argparse.Namespace, backend: str) -> dict[str, Any]:
     """Everything that changes a completion: one results folder holds completions of one setting only."""
     from .benchmarks import EVAL_SYSTEM_PROMPT
@@ -194,6 +221,15 @@ def check_manifest(output_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]
     previous = json.loads(path.read_text())
     if "generation" not in previous and "protocol" in previous:  # written before generation/grading were split
         previous["generation"] = {k: v for k, v in previous["protocol"].items() if not k.startswith("judge_")}
+    weights = [(previous.get(key), manifest.get(key)) for key in ("model_weights", "adapter_weights")]
+    changed_weights = [(a, b) for a, b in weights if a and b and a != b]  # unknown (older folders, Hub ids): skipped
+    if changed_weights and previous.get("model") == manifest.get("model"):
+        there, here = changed_weights[0]
+        raise EvalUsageError(
+            f"{output_dir} holds results of {manifest.get('model_arg') or manifest['model']} as it was before its "
+            f"weights changed (fingerprint {there} there, {here} now): pass a new --output_dir, or remove that folder "
+            "to evaluate this model again."
+        )
     before = {key: previous.get(key) for key in ("model", "adapter", "generation")}
     after = {key: manifest[key] for key in ("model", "adapter", "generation")}
     before["sources"] = {n: s for n, s in previous.get("sources", {}).items() if n in manifest["sources"]}
@@ -527,6 +563,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     manifest = {
         "model": _model_identity(model_id),
         "adapter": _model_identity(adapter),
+        "model_weights": _weights_fingerprint(model_id),
+        "adapter_weights": _weights_fingerprint(adapter),
         "model_arg": args.model,
         "base_model_arg": args.base_model,
         "generation": _generation_settings(args, backend),

@@ -366,3 +366,23 @@ def test_a_folder_keeps_its_runs_when_rules_change_and_refuses_a_run_at_another_
     with pytest.raises(UsageError, match="full seed 0 trained at learning rate 7.5e-05 there, 0.001 here"):
         plan_lab_folder(other, tmp_path, overwrite=False)
     assert plan_lab_folder(other, tmp_path, overwrite=True) == [tmp_path / "runs"]
+
+
+def test_runs_cut_by_the_time_cap_are_named_and_never_paired_with_longer_ones(tmp_path, monkeypatch):
+    """On a busy machine the per-run cap stopped one run at 5 of 8 steps: the report said "8 steps each" and paired it
+    with its rival's 8-step run. Now the pairs use equal-length runs and the report names the cut run."""
+    from vepo_trl.lab import results as lab_results
+
+    def run(rule, seed, accuracy, steps=8):
+        return {"strategy": rule, "seed": seed, "accuracy_after": accuracy, "steps": steps}
+
+    results = [run("vepo:0.2", 0, 0.6), run("vepo:0.2", 1, 0.7, steps=5), run("vepo:0.2", 2, 0.8),
+               run("entropy:0.2", 0, 0.5), run("entropy:0.2", 1, 0.4), run("entropy:0.2", 2, 0.6)]  # fmt: skip
+    rows, table = lab_results.paired_table(results)
+    (row,) = rows
+    assert row["seeds"] == [0, 2] and row["left_out_unequal_steps"] == [1]
+    assert row["mean_difference"] == pytest.approx(0.15)  # (0.1 + 0.2) / 2: seed 1's 5-step run left out
+    assert "Left out of the pairs, runs of unequal length: vepo:0.2 vs entropy:0.2 seed 1 (5 vs 8 steps)." in table
+    note = lab_results._cut_note(results, {"steps": 8, "max_minutes": 5})
+    assert "1 of 6 runs were stopped early by the 5-minute cap" in note and "vepo:0.2 seed 1 (5)" in note
+    assert lab_results._cut_note([r for r in results if r["steps"] == 8], {"steps": 8, "max_minutes": 5}) == ""

@@ -122,17 +122,24 @@ def comparison_pairs(labels: list[str]) -> list[tuple[str, str]]:
 def paired_table(results: list[dict]) -> tuple[list[dict], str]:
     """`paired_comparison` for each of `comparison_pairs`, and a markdown table of them."""
     by_rule: dict[str, dict[int, float]] = {}
+    steps: dict[str, dict[int, int]] = {}
     for r in results:
         by_rule.setdefault(r["strategy"], {})[r["seed"]] = r["accuracy_after"]
+        steps.setdefault(r["strategy"], {})[r["seed"]] = r["steps"]
     rows = []
+    unequal = []
     lines = [
         "| A vs B | seeds | mean A - B (points) | 95% CI | A better / worse | paired t p | Wilcoxon p | "
         "power at 3 points | detectable (80% power) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for a, b in comparison_pairs(list(by_rule)):
-        c = paired_comparison(by_rule[a], by_rule[b])
-        rows.append({"a": a, "b": b, **c})
+        # A pair compares equal training: a run the time cap cut short is not paired with a longer one
+        seeds = [s for s in by_rule[a] if s in by_rule[b] and steps[a][s] == steps[b][s]]
+        left_out = sorted(s for s in by_rule[a] if s in by_rule[b] and s not in seeds)
+        unequal += [f"{a} vs {b} seed {s} ({steps[a][s]} vs {steps[b][s]} steps)" for s in left_out]
+        c = paired_comparison({s: by_rule[a][s] for s in seeds}, {s: by_rule[b][s] for s in seeds})
+        rows.append({"a": a, "b": b, **c, "left_out_unequal_steps": left_out})
         if c["n"] < 2:
             continue
         lines.append(
@@ -141,6 +148,8 @@ def paired_table(results: list[dict]) -> tuple[list[dict], str]:
             f"{_or_na(c['t_test_p'], '.3f')} | {_or_na(c['wilcoxon_p'], '.3f')} | "
             f"{_or_na(c.get('power_at_effect'), '.0%')} | {_or_na(c.get('detectable_at_80_power'), '.1f', 100)} |"
         )
+    if unequal:
+        lines += ["", f"Left out of the pairs, runs of unequal length: {'; '.join(unequal)}."]
     return rows, "\n".join(lines)
 
 
@@ -229,6 +238,18 @@ def plot_lab(results: list[dict], base: dict, path: str | Path) -> Path:
     return path
 
 
+def _cut_note(results: list[dict], settings: dict) -> str:
+    """Which runs the per-run time cap stopped before `steps` (none: an empty note)."""
+    cut = [r for r in results if r["steps"] < settings["steps"]]
+    if not cut:
+        return ""
+    runs = ", ".join(f"{r['strategy']} seed {r['seed']} ({r['steps']})" for r in cut)
+    return (
+        f" (**{len(cut)} of {len(results)} runs were stopped early by the {settings['max_minutes']:g}-minute cap**: "
+        f"{runs} steps; paired comparisons use equal-length runs only)"
+    )
+
+
 def write_report(output_dir: str | Path, base: dict, results: list[dict], settings: dict) -> dict:
     output_dir = Path(output_dir)
     summary = aggregate(base, results)
@@ -243,7 +264,8 @@ def write_report(output_dir: str | Path, base: dict, results: list[dict], settin
         f"{settings['eval_rows']} rows.",
         "",
         f"Task `{settings['warm_start']['task']}`. RL: {len(settings['seeds'])} seed(s) x {len(summary)} rules, "
-        f"{settings['steps']} steps (<= {settings['max_minutes']:g} min) each, {settings['prompts_per_step']} prompts "
+        f"{settings['steps']} steps (<= {settings['max_minutes']:g} min) each{_cut_note(results, settings)}, "
+        f"{settings['prompts_per_step']} prompts "
         f"x {settings['num_generations']} samples per step, alpha = {settings['selection_alpha']}, learning rate per "
         "rule as in the table; the same seed gives every rule the same prompts in the same order"
         + (
@@ -313,7 +335,8 @@ def write_sweep_report(output_dir: str | Path, results: list[dict], settings: di
         "# vepo-trl lab: learning-rate sweep",
         "",
         f"Task `{settings['warm_start']['task']}`; {len(settings['seeds'])} seeds ({', '.join(map(str, settings['seeds']))}) "
-        f"x {len(grid)} rules x {len(settings['sweep_learning_rates'])} learning rates, {settings['steps']} steps each "
+        f"x {len(grid)} rules x {len(settings['sweep_learning_rates'])} learning rates, {settings['steps']} steps each"
+        f"{_cut_note(results, settings).replace('paired comparisons use equal-length runs only', 'compare with care')} "
         f"({settings['wall_seconds'] / 60:.1f} min with {settings['jobs']} job(s)). Accuracy is greedy, on "
         f"{settings['eval_rows']} validation rows (neither training nor the lab's held-out rows), so choosing on it "
         "does not bias the lab's comparison. Cells: mean ± sd (per seed); bold: each rule's best.",

@@ -642,4 +642,5 @@ def _log_run(result, log):
     log(
         f"  {result['strategy']:>12} lr {result.get('learning_rate', float('nan')):g} seed {result['seed']}: "
         f"{where} accuracy {result['accuracy_after']:.1%} in {result['steps']} steps, {result['train_seconds']:.0f} s"
+        + (" (stopped early by the per-run time cap: --max_minutes)" if result.get("stopped_by_time_limit") else "")
     )

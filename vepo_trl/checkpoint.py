@@ -16,6 +16,7 @@ experts) has no one-to-one name, and a checkpoint that still leaves a tensor unr
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 
@@ -25,7 +26,9 @@ from safetensors import safe_open
 from .errors import UsageError
 
 
-__all__ = ["CheckpointRestoreError", "RestoreReport", "restore_weights", "saved_names"]
+__all__ = ["CheckpointRestoreError", "RestoreReport", "RestoresCheckpointWeights", "restore_weights", "saved_names"]
+
+logger = logging.getLogger(__name__)
 
 SAFE_WEIGHTS = "model.safetensors"
 SAFE_INDEX = "model.safetensors.index.json"
@@ -127,3 +130,33 @@ def restore_weights(model: torch.nn.Module, folder: str, missing_after_trainer: 
             f"weights ({shown}); it was saved from another model or by another transformers version"
         )
     return report
+
+
+class RestoresCheckpointWeights:
+    """Trainer mixin (ahead of `transformers.Trainer` in the bases): where the Trainer's own checkpoint load leaves
+    weights missing, `restore_weights` sets them and `checkpoint_restore` reports the count. Nothing missing (a
+    transformers that loads its saved names itself, FSDP, DeepSpeed, LoRA adapters): it only passes the result on."""
+
+    checkpoint_restore: RestoreReport | None = None
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        self._checkpoint_being_loaded = (resume_from_checkpoint, model if model is not None else self.model)
+        try:
+            super()._load_from_checkpoint(resume_from_checkpoint, model)
+        finally:
+            self._checkpoint_being_loaded = None
+
+    def _load_best_model(self):
+        self._checkpoint_being_loaded = (self.state.best_model_checkpoint, self.model)
+        try:
+            super()._load_best_model()
+        finally:
+            self._checkpoint_being_loaded = None
+
+    def _issue_warnings_after_load(self, load_result):
+        loading = getattr(self, "_checkpoint_being_loaded", None)
+        if loading is None or not load_result.missing_keys:
+            return super()._issue_warnings_after_load(load_result)
+        folder, model = loading
+        self.checkpoint_restore = restore_weights(model, folder, list(load_result.missing_keys))
+        logger.info(self.checkpoint_restore.line())

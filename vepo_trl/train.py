@@ -176,6 +176,10 @@ def check_arguments(script_args, training_args, model_args) -> None:
     folder, the Hub when a name needs it. Raises `UsageError`."""
     check_output_dir(training_args.output_dir)
     _check_values(script_args, training_args)
+    if training_args.use_vllm:
+        from vepo_trl.vllm_prompts import check_vllm_version
+
+        check_vllm_version()
     try:
         get_reward_funcs(script_args.reward_funcs)
     except ValueError as error:

@@ -27,7 +27,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from .batch import has_active_dropout, loss_mask, row_images
-from .checkpoint import restore_weights
+from .checkpoint import RestoresCheckpointWeights
 from .config import VEPOConfig
 from .local_models import resolve_model_name
 from .model_card import build_model_card
@@ -37,6 +37,7 @@ from .run_folder import foreign_card
 from .scoring import TOKEN_COUNT_NORMALISED_LOSSES, get_strategy
 from .selection_pipeline import COUNT_SCALE_KEY, SELECTION_KEY, SelectionPipeline, SelectionSamplesFile
 from .sharding import maybe_align_vision_tower
+from .vllm_prompts import UnexpandedVLLMPrompts, check_vllm_version
 
 
 __all__ = ["COUNT_SCALE_KEY", "SELECTION_KEY", "VEPOTrainer"]
@@ -44,7 +45,7 @@ __all__ = ["COUNT_SCALE_KEY", "SELECTION_KEY", "VEPOTrainer"]
 logger = logging.getLogger(__name__)
 
 
-class VEPOTrainer(GRPOTrainer):
+class VEPOTrainer(RestoresCheckpointWeights, UnexpandedVLLMPrompts, GRPOTrainer):
     """GRPO with VEPO's vision-entropy token selection ([`VEPOConfig`] holds the VEPO settings).
 
     Drop-in for [`~trl.GRPOTrainer`]: same arguments, same data format (conversational prompts with an `image` or
@@ -77,6 +78,8 @@ class VEPOTrainer(GRPOTrainer):
                 f"VEPOTrainer needs a VEPOConfig (got {type(args).__name__}); build one with the same fields, e.g. "
                 "VEPOConfig(**grpo_config.to_dict()), and set the VEPO fields on it."
             )
+        if args.use_vllm:
+            check_vllm_version()  # before the model and vLLM load
         train_dataset = kwargs.get("train_dataset", pos_args[0] if pos_args else None)
         if train_dataset is not None and hasattr(train_dataset, "__len__") and len(train_dataset) == 0:
             raise ValueError("train_dataset is empty: VEPOTrainer would train 0 steps. Check the data set's split.")
@@ -235,34 +238,6 @@ class VEPOTrainer(GRPOTrainer):
         if mode == "train" and self.accelerator.sync_gradients:
             self._metrics[mode]["entropy_coef"].append(self.entropy_coef)
         return loss - self.entropy_coef * entropy
-
-    # ------------------------------------------------------------------------------------------------------------
-    # Checkpoints: the Trainer reads transformers 5's saved names back without their conversion (vepo_trl.checkpoint)
-    # ------------------------------------------------------------------------------------------------------------
-
-    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
-        self._checkpoint_being_loaded = (resume_from_checkpoint, model if model is not None else self.model)
-        try:
-            super()._load_from_checkpoint(resume_from_checkpoint, model)
-        finally:
-            self._checkpoint_being_loaded = None
-
-    def _load_best_model(self):
-        self._checkpoint_being_loaded = (self.state.best_model_checkpoint, self.model)
-        try:
-            super()._load_best_model()
-        finally:
-            self._checkpoint_being_loaded = None
-
-    def _issue_warnings_after_load(self, load_result):
-        """Where the Trainer's plain `load_state_dict` left weights missing, restore them under the model's names;
-        once transformers loads them itself nothing is missing and this only passes the result on."""
-        loading = getattr(self, "_checkpoint_being_loaded", None)
-        if loading is None or not load_result.missing_keys:
-            return super()._issue_warnings_after_load(load_result)
-        folder, model = loading
-        self.checkpoint_restore = restore_weights(model, folder, list(load_result.missing_keys))
-        logger.info(self.checkpoint_restore.line())
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         """Write VEPO's model card (method, settings, data, `vepo/` metrics, citations) to `output_dir/README.md`."""

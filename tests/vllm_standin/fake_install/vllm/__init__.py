@@ -1,6 +1,11 @@
 """A stand-in for vLLM, for tests: the API surface TRL's `use_vllm=True` paths call (`LLM`, `SamplingParams`,
 `RequestOutput`; the server in `_standin_server`), generating with the tiny checkpoint through transformers.
 
+Prompts are treated as vLLM 0.31 treats them: `LLM.generate` applies vLLM's prompt update to token prompts with images
+(each image's placeholder expands to its feature tokens, `_standin.Engine.prompt_update`) and returns the processed
+ids as `RequestOutput.prompt_token_ids`; the server's `/inference/v1/generate` takes features with their placeholders,
+to which vLLM applies no update.
+
 Not vLLM: no paged attention, no CUDA. Put this folder on `sys.path` to make it the installed `vllm`
 (tests/vllm_standin/__init__.py does, for the tests that need it).
 """
@@ -63,6 +68,9 @@ class LLM:
         self.enable_sleep_mode = enable_sleep_mode
         self.sleeping: set[str] = set()
         self.calls: list[tuple] = []  # (method, argument) of each sleep / wake_up / reset_prefix_cache / generate
+        # Each prompt as TRL sent it and as vLLM's prompt update left it (what the engine generated from)
+        self.prompts_received: list[list[int]] = []
+        self.prompts_processed: list[list[int]] = []
         text_config = getattr(self.engine.model.config, "text_config", self.engine.model.config)
         model_config = SimpleNamespace(max_model_len=max_model_len or text_config.max_position_embeddings)
         runner = SimpleNamespace(model=_Model(self))
@@ -79,9 +87,12 @@ class LLM:
         self.calls.append(("generate", len(prompts)))
         ids, images = [], []
         for prompt in prompts:
-            ids.append(list(prompt["prompt_token_ids"]))
             image = (prompt.get("multi_modal_data") or {}).get("image")
             images.append(None if image is None else image if isinstance(image, list) else [image])
+            # Token prompts go through vLLM's prompt update, as in vLLM: placeholders expand against the images
+            ids.append(self.engine.prompt_update(list(prompt["prompt_token_ids"]), images[-1]))
+        self.prompts_received.extend(list(prompt["prompt_token_ids"]) for prompt in prompts)
+        self.prompts_processed.extend(ids)
         outputs = []
         for i, (prompt_ids, samples) in enumerate(zip(ids, self.engine.generate(ids, images, params))):
             completions = [

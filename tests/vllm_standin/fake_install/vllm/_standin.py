@@ -49,6 +49,32 @@ class Engine:
 
     # -- generation ------------------------------------------------------------------------------------------------
 
+    def prompt_update(self, ids: list[int], images: list | None) -> list[int]:
+        """vLLM 0.31's prompt update on a token prompt with images (`BaseMultiModalProcessor._apply_prompt_updates`
+        with Qwen2-VL's `PromptReplacement`: target `[image_token_id]`, replacement `[image_token_id] * N`): the
+        first matches of the image token, one per image in order, each become that image's N feature tokens. A
+        prompt already expanded is thus expanded again (N pads become 2N - 1); vLLM samples from it without a word,
+        the stand-in refuses it, so that a prompt vLLM would corrupt fails the tests."""
+        if not images:
+            return list(ids)
+        image_token = self.processor.image_token_id
+        merge = self.processor.image_processor.merge_size**2
+        counts = (self.image_inputs(images)["image_grid_thw"].prod(-1) // merge).tolist()
+        out, position = list(ids), 0
+        for count in counts:
+            if image_token not in out[position:]:
+                raise ValueError(f"vLLM stand-in: {len(counts)} images but fewer image placeholders in the prompt")
+            at = out.index(image_token, position)
+            out[at : at + 1] = [image_token] * count
+            position = at + count
+        if out.count(image_token) != sum(counts):
+            raise ValueError(
+                f"vLLM stand-in: after vLLM's prompt update the prompt holds {out.count(image_token)} image tokens for "
+                f"{sum(counts)} image features ({len(ids)} -> {len(out)} tokens): the prompt came pre-expanded, and "
+                "vLLM would sample from this corrupted prompt without a word (huggingface/trl#6294)"
+            )
+        return out
+
     def image_inputs(self, images: list) -> dict[str, torch.Tensor]:
         return dict(self.processor.image_processor(images=images, return_tensors="pt"))
 

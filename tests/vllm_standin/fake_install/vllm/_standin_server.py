@@ -36,6 +36,7 @@ class StandinServer:
         self.engine = Engine(model, seed=seed)
         self.calls: list[str] = []  # route of every request, in order
         self.weight_updates: list[list[str]] = []  # names announced by each /update_weights
+        self.prompts_processed: list[list[int]] = []  # token ids of each image request, as the engine used them
         self.transfer: socket.socket | None = None
         self.updating = False
         self.http = ThreadingHTTPServer((host, port), _handler(self))
@@ -118,6 +119,18 @@ class StandinServer:
         if features is not None:
             images = [Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB") for data in features["images"]]
         params = SamplingParams.from_request(body["sampling_params"])
+        if images:
+            # vLLM places each image's embeddings at its `mm_placeholders` entry and applies no prompt update here:
+            # each entry must cover exactly that image's run of feature tokens in the ids
+            ids, token = body["token_ids"], self.engine.processor.image_token_id
+            merge = self.engine.processor.image_processor.merge_size**2
+            counts = (self.engine.image_inputs(images)["image_grid_thw"].prod(-1) // merge).tolist()
+            placed = features["mm_placeholders"]["image"]
+            for count, place in zip(counts, placed, strict=True):
+                run = ids[place["offset"] : place["offset"] + place["length"]]
+                if place["length"] != count or run != [token] * count:
+                    raise ValueError(f"vLLM stand-in: placeholder {place} does not cover {count} image tokens")
+        self.prompts_processed.append(list(body["token_ids"]))
         (samples,) = self.engine.generate([body["token_ids"]], [images], params)
         return {"request_id": body.get("request_id"), "choices": [_choice(s, params, chat=True) for s in samples]}
 

@@ -56,6 +56,8 @@ def take_rows(inputs: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
     num_images = inputs.get("num_images")
     if num_images is not None:
         out["num_images"] = [num_images[r] for r in rows_list]
+    if inputs.get("num_tiles") is not None:  # tiles per response (InternVL, LFM2-VL): TRL's forward slices by them
+        out["num_tiles"] = [inputs["num_tiles"][r] for r in rows_list]
     if inputs.get("pixel_values") is not None and num_images is not None:
         present = {key: inputs[key] for key in MULTIMODAL_KEYS if inputs.get(key) is not None}
         split = split_pixel_values_by_grid(present)
@@ -75,6 +77,47 @@ def take_rows(inputs: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
         if inputs.get(key) is not None:
             out[key] = inputs[key][rows.to(inputs[key].device)]
     return out
+
+
+def image_safe_forward(forward):
+    """GRPO's log-prob forward (`forward`, bound), safe for chunks without an image.
+
+    TRL 1.16 cuts a batch into chunks of `batch_size` rows and slices the image tensors per chunk; a chunk of
+    text-only rows gets an empty `pixel_values` and the model fails (`torch.cat(): expected a non-empty list of
+    Tensors`). With mixed data that comes at once under gradient accumulation or `steps_per_generation` > 1. Where a
+    chunk would hold no image, the chunks are cut here (`take_rows`: a text-only chunk takes no pixel inputs, as a
+    text-only batch) and each goes through TRL's forward whole; otherwise TRL's own call runs unchanged."""
+
+    def run(model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
+            compute_aux_loss=False, **multimodal):  # fmt: skip
+        flags = {"compute_entropy": compute_entropy, "compute_aux_loss": compute_aux_loss}
+        num_images = multimodal.get("num_images")
+        rows = input_ids.size(0)
+        size = batch_size or rows
+        starts = range(0, rows, size)
+        if (
+            multimodal.get("pixel_values") is None
+            or num_images is None
+            or all(sum(num_images[start : start + size]) > 0 for start in starts)
+        ):
+            return forward(model, input_ids, attention_mask, logits_to_keep, batch_size, **flags, **multimodal)
+        logps, entropies, aux = [], [], []
+        for start in starts:
+            chunk = torch.arange(start, min(start + size, rows), device=input_ids.device)
+            chunk_inputs = {**dict.fromkeys(multimodal), **take_rows(multimodal, chunk)}
+            out = forward(
+                model, input_ids[chunk], attention_mask[chunk], logits_to_keep, None, **flags, **chunk_inputs
+            )
+            logps.append(out[0])
+            entropies.append(out[1])
+            aux.append(out[2])
+        return (
+            torch.cat(logps),
+            torch.cat(entropies) if compute_entropy else None,
+            torch.stack(aux).mean() if compute_aux_loss else None,
+        )
+
+    return run
 
 
 def sequence(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:

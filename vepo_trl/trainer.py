@@ -26,7 +26,7 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
-from .batch import has_active_dropout, loss_mask, row_images
+from .batch import has_active_dropout, image_safe_forward, loss_mask, row_images
 from .checkpoint import RestoresCheckpointWeights
 from .config import VEPOConfig
 from .local_models import resolve_model_name
@@ -98,8 +98,9 @@ class VEPOTrainer(RestoresCheckpointWeights, UnexpandedVLLMPrompts, GRPOTrainer)
         self.selection_pipeline = SelectionPipeline(
             self,
             self.selection,
-            # GRPO's own forward (not this class's override, which hands over to the pipeline)
-            super()._get_per_token_logps_and_entropies,
+            # GRPO's own forward (not this class's override, which hands over to the pipeline), safe for chunks
+            # without an image
+            image_safe_forward(super()._get_per_token_logps_and_entropies),
             self.perturbed_pass,
             dropout=has_active_dropout(self.model),
             noise_step_metric="noise_step" in inspect.signature(get_perturbation(args.perturbation)).parameters,
@@ -176,7 +177,7 @@ class VEPOTrainer(RestoresCheckpointWeights, UnexpandedVLLMPrompts, GRPOTrainer)
         # a PEFT policy's adapters off, comes after it): score the batch on it
         if self.selection_pipeline.takes_forward(model):
             return self.selection_pipeline.rollout_forward(model, *args, **kwargs)
-        return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        return self.selection_pipeline.trl_forward(model, *args, **kwargs)
 
     def _forward(self, model, inputs):
         """GRPO's loss forward, with the arguments `GRPOTrainer._compute_loss` uses: (log-probs, entropies, aux)."""

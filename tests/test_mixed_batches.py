@@ -111,3 +111,58 @@ def test_each_rows_log_probs_equal_its_forward_alone(model_dirs, mixed, tmp_path
         # when this stops raising, TRL handles image-less chunks and `image_safe_forward` can go)
         with pytest.raises((ValueError, RuntimeError, IndexError)):
             trl_forward(trainer.model, ids[index], mask[index], length, 2, **shuffled)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Per-response pixels (Idefics3 / SmolVLM): cut by response, never by TRL's per-image guess
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _random_image(width, height, seed):
+    generator = torch.Generator().manual_seed(seed)
+    pixels = torch.randint(0, 256, (height, width, 3), generator=generator, dtype=torch.uint8)
+    from PIL import Image
+
+    return Image.fromarray(pixels.numpy())
+
+
+def _two_images_or_none(rows=8):
+    """Two images, then a text-only prompt: as many images as responses, where TRL's guess goes wrong."""
+    data = []
+    for i in range(rows):
+        if i % 2 == 0:
+            content = [{"type": "image"}, {"type": "image"}, {"type": "text", "text": f"Compare {i}."}]
+            images = [_random_image(40 + 8 * i, 40, i), _random_image(30, 50 + 4 * i, 100 + i)]
+        else:
+            content, images = [{"type": "text", "text": f"What is {i} + 3?"}], []
+        data.append({"prompt": [{"role": "user", "content": content}], "images": images})
+    return data
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_per_response_pixels_stay_with_their_response_under_trls_shuffle(model_dirs, tmp_path, seed):
+    data = _two_images_or_none()
+    trainer = VEPOTrainer(model=model_dirs["smolvlm"], reward_funcs=reward, train_dataset=Dataset.from_list(data),
+                          args=config(tmp_path, steps_per_generation=2, shuffle_dataset=False, max_steps=1))  # fmt: skip
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    torch.manual_seed(seed)  # TRL's shuffle of the generation batch draws from torch's generator
+    trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))  # crashed: shape '[40, 32, 32]' is invalid
+    processor = trainer.processing_class
+    alone = {}
+    for row in data:
+        text = processor.apply_chat_template(row["prompt"], add_generation_prompt=True)
+        encoded = processor(text=[text], images=[row["images"]] if row["images"] else None, return_tensors="pt")
+        alone[tuple(encoded["input_ids"][0].tolist())] = encoded.get("pixel_values")
+    checked = 0
+    for micro_batch in trainer._buffered_inputs:
+        for r in range(micro_batch["prompt_ids"].size(0)):
+            prompt = tuple(micro_batch["prompt_ids"][r][micro_batch["prompt_mask"][r].bool()].tolist())
+            reference = alone[prompt]
+            if reference is None:
+                assert micro_batch.get("pixel_values") is None or not micro_batch["pixel_values"][r].any()
+                continue
+            tiles = reference[0].size(0)
+            assert torch.equal(micro_batch["pixel_values"][r][:tiles], reference[0])  # its own images' tiles
+            checked += 1
+    assert checked > 0

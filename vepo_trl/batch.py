@@ -40,6 +40,29 @@ MODEL_INPUT_KEYS: tuple[str, ...] = tuple(key for key in MULTIMODAL_KEYS if key 
 _ROW_KEYS = ("token_type_ids", "mm_token_type_ids")
 
 
+# Keys that tell TRL which rows of `pixel_values` belong to which image or response
+_LAYOUT_KEYS = ("image_grid_thw", "image_position_ids", "spatial_shapes", "num_tiles", "image_sizes")
+
+
+def per_row_pixels(inputs: dict[str, Any], rows: int) -> bool:
+    """Idefics3 / SmolVLM: `pixel_values` `(rows, n_tiles, C, H, W)`, one padded entry per response, and no key that
+    says so. TRL tells that layout from one entry per image by `pixel_values.size(0) == sum(num_images)`, which also
+    holds for it whenever a batch has as many images as responses (two images and a text-only prompt, 1/0/2/1)."""
+    pixel_values = inputs.get("pixel_values")
+    return (
+        isinstance(pixel_values, torch.Tensor)
+        and pixel_values.dim() == 5
+        and pixel_values.size(0) == rows
+        and all(inputs.get(key) is None for key in _LAYOUT_KEYS)
+    )
+
+
+def mark_per_row_pixels(inputs: dict[str, Any], rows: int) -> dict[str, Any]:
+    """Per-response pixels get `num_tiles` of 1 per response: TRL's split, shuffle and forward then cut them by
+    response (`num_tiles` is TRL's own per-response tile count) instead of guessing per image."""
+    return {**inputs, "num_tiles": [1] * rows} if per_row_pixels(inputs, rows) else inputs
+
+
 def multimodal_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
     """Every multimodal keyword of GRPO's log-prob forward, `None` where the batch has none."""
     return {key: inputs.get(key) for key in MULTIMODAL_KEYS}
@@ -53,6 +76,8 @@ def take_rows(inputs: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
     without any image take no pixel inputs at all, as in a text-only batch."""
     out: dict[str, Any] = {}
     rows_list = rows.tolist()
+    if inputs.get("num_images") is not None:
+        inputs = mark_per_row_pixels(inputs, len(inputs["num_images"]))
     num_images = inputs.get("num_images")
     if num_images is not None:
         out["num_images"] = [num_images[r] for r in rows_list]
@@ -93,6 +118,7 @@ def image_safe_forward(forward):
         flags = {"compute_entropy": compute_entropy, "compute_aux_loss": compute_aux_loss}
         num_images = multimodal.get("num_images")
         rows = input_ids.size(0)
+        multimodal = mark_per_row_pixels(multimodal, rows)
         size = batch_size or rows
         starts = range(0, rows, size)
         if (

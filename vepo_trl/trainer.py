@@ -26,7 +26,7 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
-from .batch import has_active_dropout, image_safe_forward, loss_mask, row_images
+from .batch import has_active_dropout, image_safe_forward, loss_mask, mark_per_row_pixels, row_images
 from .checkpoint import RestoresCheckpointWeights
 from .config import VEPOConfig
 from .local_models import resolve_model_name
@@ -165,6 +165,8 @@ class VEPOTrainer(RestoresCheckpointWeights, UnexpandedVLLMPrompts, GRPOTrainer)
                 self.log_multimodal = True
         if own_image_logging:
             self._logs["images"].extend(gather_object(row_images(inputs) or [[] for _ in inputs]))
+        # TRL splits and shuffles the batch next: per-response pixels must be cut by response, not by its guess
+        output = mark_per_row_pixels(output, output["prompt_ids"].size(0))
         return self.selection_pipeline.finish_rollout(output)
 
     def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):

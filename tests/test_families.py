@@ -575,3 +575,25 @@ def test_families_readme_table_is_the_registry():
     for family in FAMILIES:
         for recipe in family.recipes:
             assert (RECIPES / recipe).is_dir()
+
+
+@pytest.mark.parametrize("family", ["internvl", "smolvlm", "llava-next"])
+def test_families_identical_tiles_of_one_image_get_their_own_noise(family):
+    """A diagram on a white page: its background tiles are identical, and seeding a tile from its content alone gave
+    them identical noise (InternVL's 9 real tiles carried 5 noise fields). Each tile now gets its own."""
+    from PIL import ImageDraw
+
+    page = Image.new("RGB", (896, 896), (255, 255, 255))
+    ImageDraw.Draw(page).rectangle((40, 40, 200, 160), outline=(0, 0, 0), width=6)
+    pixel_values, grid, layout, sizes = processed(family, [page])
+    tiles = pixel_values.reshape(-1, *pixel_values.shape[-3:])
+    groups = [tiles.shape[0]] if pixel_values.ndim == 4 else None  # InternVL: the response's tiles (TRL's num_tiles)
+    out = perturb_pixel_values("diffusion", pixel_values, grid, layout, seed=0, step=3, tile_groups=groups, **sizes)
+    noise = (out - pixel_values).reshape(tiles.shape)
+    real = [i for i in range(tiles.shape[0]) if tiles[i].any()]
+    inputs = {tiles[i].numpy().tobytes() for i in real}
+    assert len(inputs) < len(real)  # the page does have identical tiles
+    assert len({noise[i].numpy().tobytes() for i in real}) == len(real)
+    # Still a function of the image alone: the same call gives the same noise
+    again = perturb_pixel_values("diffusion", pixel_values, grid, layout, seed=0, step=3, tile_groups=groups, **sizes)
+    assert torch.equal(again, out)

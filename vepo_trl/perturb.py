@@ -18,8 +18,9 @@ family: `diffusion` the same [0, 1]-space noise per pixel of the image the visio
 square of an `ImageLayout` tile), `gaussian` the release's noise on the normalised values. Tiled families perturb
 each tile (a crop or the downscaled whole image) on its own: the noise per pixel is the same law whatever the tiling.
 
-Every perturbation is seeded per image from the image's own content, the base seed and the training step: a response
-sees the same perturbed image whichever rows share its batch or process. Inputs are never modified.
+Every perturbation is seeded per image from the image's own content, the base seed and the training step (a tile from
+its image's content and its position in it, so identical tiles get their own noise): a response sees the same
+perturbed image whichever rows share its batch or process. Inputs are never modified.
 """
 
 from __future__ import annotations
@@ -375,8 +376,45 @@ def tile_seeds(tiles: torch.Tensor, seed: int, step: int) -> list[int]:
     return [stable_seed(seed, step, shape, a, b) for a, b in sums]
 
 
+def _tile_groups(pixel_values: torch.Tensor, tile_groups: list[int] | None) -> list[int]:
+    """How many consecutive tiles make one image (or one response's images): the leading entry of a 5-D tensor
+    (SmolVLM: a response, LLaVA-NeXT / OneVision: an image), else `tile_groups` (InternVL's tiles per response),
+    else one tile each (Gemma 3, Mistral3: one tile per image)."""
+    count = math.prod(pixel_values.shape[:-3])
+    if pixel_values.ndim >= 5:
+        return [math.prod(pixel_values.shape[1:-3])] * pixel_values.shape[0]
+    if tile_groups is not None:
+        if sum(tile_groups) != count:
+            raise ValueError(f"tile groups {list(tile_groups)} do not add up to the {count} tiles in pixel_values.")
+        return list(tile_groups)
+    return [1] * count
+
+
+def _grouped_tile_seeds(tiles, sizes, groups: list[int], seed: int, step: int) -> list[int]:
+    """One seed per tile from its content (exact integer checksums of its own pixels, as `tile_seeds`) and, where
+    its image (or response) holds identical tiles before it, how many: a diagram's white background tiles get their
+    own noise. Seeds depend on nothing after the tile nor outside its group (another image, padding, the batch)."""
+    seeds, start = [], 0
+    for size in groups:
+        seen: dict[tuple, int] = {}
+        for index in range(start, start + size):
+            h, w = sizes[index]
+            tile = tiles[index, :, :h, :w]
+            quantized = torch.round(tile.detach().float() * 1024).long().flatten()
+            positions = torch.arange(1, quantized.numel() + 1, device=quantized.device)
+            content = (tuple(tile.shape), int(quantized.sum()), int((quantized * positions).sum()))
+            repeat = seen.get(content, 0)
+            seen[content] = repeat + 1
+            # The first of identical tiles keeps the content-only seed of `tile_seeds`
+            seeds.append(
+                stable_seed(seed, step, *content) if repeat == 0 else stable_seed(seed, step, *content, repeat)
+            )
+        start += size
+    return seeds
+
+
 def _perturb_tiles(
-    fn, pixel_values: torch.Tensor, layout: ImageLayout, image_sizes, seed: int, step: int, params
+    fn, pixel_values: torch.Tensor, layout: ImageLayout, image_sizes, seed: int, step: int, params, tile_groups=None
 ) -> torch.Tensor:
     if pixel_values.ndim < 3 or pixel_values.shape[-3] != layout.channels:
         raise ValueError(
@@ -387,13 +425,15 @@ def _perturb_tiles(
     crop = layout.crop_to_image_sizes and image_sizes is not None
     if crop and len(image_sizes) != tiles.shape[0]:
         raise ValueError(f"{len(image_sizes)} image_sizes for {tiles.shape[0]} images in pixel_values.")
+    # The image's own pixels: the whole tile, or its top-left (h, w) when images are padded to the batch's largest
+    sizes = [tuple(int(v) for v in image_sizes[i]) if crop else tuple(tiles.shape[-2:]) for i in range(len(tiles))]
+    seeds = _grouped_tile_seeds(tiles, sizes, _tile_groups(pixel_values, tile_groups), seed, step)
     for index in range(tiles.shape[0]):
-        # The image's own pixels: the whole tile, or its top-left (h, w) when images are padded to the batch's largest
-        h, w = (int(v) for v in image_sizes[index]) if crop else tiles.shape[-2:]
+        h, w = sizes[index]
         tile = tiles[index, :, :h, :w]
         if not bool((tile != 0).any()):
             continue  # padding
-        generator = torch.Generator(device=pixel_values.device).manual_seed(tile_seeds(tile[None], seed, step)[0])
+        generator = torch.Generator(device=pixel_values.device).manual_seed(seeds[index])
         perturbed = fn(tile, None, layout, generator, **params)
         if layout.zero_tile_is_padding and not bool((perturbed != 0).any()):
             perturbed = perturbed.clone()
@@ -411,6 +451,7 @@ def perturb_pixel_values(
     seed: int = 0,
     step: int = 0,
     image_sizes: torch.Tensor | None = None,
+    tile_groups: list[int] | None = None,
     **params,
 ) -> torch.Tensor:
     """Perturb every image in a batch's `pixel_values` with the named perturbation.
@@ -418,14 +459,16 @@ def perturb_pixel_values(
     With a `PixelLayout` (Qwen2-VL family), `pixel_values` are patch rows `(sum_i t*h*w, row_size)` and
     `image_grid_thw` says which rows are which image; with an `ImageLayout` (every other family), `pixel_values`
     are `(..., C, H, W)` tiles, each perturbed on its own (`image_grid_thw` is not used; `image_sizes` `(n, 2)` crops
-    each image's padding off when the layout says so, Mistral3 / Pixtral). `params` go to the
+    each image's padding off when the layout says so, Mistral3 / Pixtral; `tile_groups` counts the tiles of each
+    response in a flat tile tensor, InternVL's `num_tiles`, so that each tile is seeded from its image and its
+    position there). `params` go to the
     perturbation (`noise_step`, `sigma`, `patch_probability`); ones it does not use are ignored. Returns a new tensor
     of the same shape and dtype.
     """
     layout = layout or PixelLayout()
     fn = get_perturbation(name)
     if isinstance(layout, ImageLayout):
-        return _perturb_tiles(fn, pixel_values, layout, image_sizes, seed, step, params)
+        return _perturb_tiles(fn, pixel_values, layout, image_sizes, seed, step, params, tile_groups)
     if image_grid_thw is None:
         raise ValueError("Qwen2-VL-style pixel_values need their image_grid_thw.")
     if pixel_values.ndim != 2 or pixel_values.shape[1] != layout.row_size:

@@ -148,6 +148,7 @@ class PerturbedPass:
                 seed=args.perturbation_seed,
                 step=host.state.global_step,
                 image_sizes=row_inputs.get("image_sizes"),
+                tile_groups=row_inputs.get("num_tiles"),
                 noise_step=host.current_noise_step(),
                 sigma=args.noise_sigma,
                 patch_probability=args.patch_probability,

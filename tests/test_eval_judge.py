@@ -136,3 +136,17 @@ def test_missing_key_is_a_clear_error(monkeypatch):
         LLMJudge("m", api_key_env="NO_SUCH_KEY_VAR")
     judge = LLMJudge("m", base_url="http://127.0.0.1:1/v1", api_key_env="PATH")
     assert "PATH" not in repr(judge) and "/usr" not in repr(judge)
+
+
+def test_an_empty_reply_is_asked_again_then_is_a_judge_error_not_a_wrong_answer(server, key):
+    """An HTTP 200 with empty content used to be graded (wrong) after one request; the release asks up to 8 times."""
+    from vepo_trl.eval.judge import EMPTY_REPLY_ATTEMPTS
+
+    server.script = ["", "", "Extracted: 6\nJudgement: 1"]
+    verdict = make_judge(server, key, max_retries=0).grade(question="q", gold="6", response="\\boxed{6}")
+    assert (verdict.correct, verdict.extracted, verdict.error) == (True, "6", None) and len(server.requests) == 3
+    server.requests.clear()
+    server.script = [""] * EMPTY_REPLY_ATTEMPTS
+    verdict = make_judge(server, key, max_retries=0).grade(question="q", gold="6", response="\\boxed{6}")
+    assert verdict.correct is None and verdict.error == f"empty reply ({EMPTY_REPLY_ATTEMPTS} attempts)"
+    assert len(server.requests) == EMPTY_REPLY_ATTEMPTS == 8

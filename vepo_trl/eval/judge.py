@@ -9,8 +9,9 @@ below instead: it reads the question, the reference answer and the whole respons
     verdict.correct, verdict.extracted, verdict.error
 
 The API key is read from the environment and handed to the client only; it is never logged or written.
-Transient failures (timeouts, 429, 5xx) are retried by the client (`max_retries`, exponential back-off); what still
-fails becomes a verdict with `correct=None` and an `error` naming the failure, so one bad call never stops a run.
+Transient failures (timeouts, 429, 5xx) are retried by the client (`max_retries`, exponential back-off), an empty reply
+(HTTP 200 with no content) up to 8 times as the release does; what still fails becomes a verdict with `correct=None`
+and an `error` naming the failure (a judge error, not a wrong answer), so one bad call never stops a run.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from dataclasses import dataclass
 
 
 logger = logging.getLogger(__name__)
+
+# The VEPO release asks the judge up to 8 times before it gives up on a row (`eval/utils/model_parser.py`); an empty
+# reply is asked again as often
+EMPTY_REPLY_ATTEMPTS = 8
 
 __all__ = ["JUDGE_PROMPT", "JudgeVerdict", "LLMJudge", "parse_judgement"]
 
@@ -107,17 +112,22 @@ class LLMJudge:
         from .paper import JudgeCallError
 
         kwargs = {} if max_tokens is None else {"max_tokens": max_tokens}
-        try:
-            reply = self._client.chat.completions.create(
-                model=self.model, messages=[{"role": "user", "content": prompt}], temperature=temperature, **kwargs
-            )
-        except openai.APITimeoutError:
-            raise JudgeCallError("timeout") from None
-        except openai.APIStatusError as err:
-            raise JudgeCallError(f"HTTP {err.status_code}") from None
-        except openai.APIConnectionError as err:
-            raise JudgeCallError(f"connection error: {type(err).__name__}") from None
-        return ((reply.choices[0].message.content if reply.choices else "") or "").strip()
+        for _ in range(EMPTY_REPLY_ATTEMPTS):
+            try:
+                reply = self._client.chat.completions.create(
+                    model=self.model, messages=[{"role": "user", "content": prompt}], temperature=temperature, **kwargs
+                )
+            except openai.APITimeoutError:
+                raise JudgeCallError("timeout") from None
+            except openai.APIStatusError as err:
+                raise JudgeCallError(f"HTTP {err.status_code}") from None
+            except openai.APIConnectionError as err:
+                raise JudgeCallError(f"connection error: {type(err).__name__}") from None
+            text = ((reply.choices[0].message.content if reply.choices else "") or "").strip()
+            if text:
+                return text
+        # An HTTP 200 that says nothing is no verdict: a judge error (the row stays ungraded), never a wrong answer
+        raise JudgeCallError(f"empty reply ({EMPTY_REPLY_ATTEMPTS} attempts)")
 
     def check_reachable(self) -> str | None:
         """None when the endpoint answers a one-token request with this key and model, else why not (one line)."""

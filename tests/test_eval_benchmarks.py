@@ -179,7 +179,7 @@ def test_hallusionbench_aacc_qacc_facc_by_hand():
     assert metrics == pytest.approx({"aAcc": 0.8, "qAcc (image rows)": 2 / 3, "fAcc (image rows)": 0.5})
 
 
-def test_summary_table_and_paper_rows():
+def test_summary_table_and_paper_rows(standins_as_full_splits):
     def records(n_right, n):
         return [{"verdicts": {"paper": {"correct": i < n_right}}, "rule_correct": i < n_right, "categories": {},
                  "groups": {"question": str(i), "figure": str(i)}} for i in range(n)]  # fmt: skip
@@ -222,3 +222,27 @@ def test_summary_table_and_paper_rows():
     summary["grading"]["protocol"], summary["table"]["paper"] = "rule", {}
     markdown = render_markdown(summary)
     assert "paper:" not in markdown and "No paper rows: `--protocol rule` does not grade as the paper did" in markdown
+
+
+def test_a_truncated_copy_is_partial_and_never_averaged():
+    """23 stand-in rows printed an average right above the paper's rows: a copy with fewer rows than the split the
+    paper evaluated is labelled partial in the summary, the table and each benchmark's note, and is not averaged."""
+
+    def records(n):
+        return [{"verdicts": {"paper": {"correct": i == 0}}, "rule_correct": i == 0, "categories": {},
+                 "groups": {"question": str(i), "figure": str(i)}} for i in range(n)]  # fmt: skip
+
+    summaries = {name: summarize_benchmark(name, records(4), 4, "paper") for name in PAPER_BENCHMARKS}
+    for name, summary in summaries.items():
+        assert summary["partial"] and summary["truncated"] and not summary["complete"], name
+    assert table_row(summaries)[7] is None
+    full = BENCHMARKS["geometry3k"].paper_rows
+    whole = summarize_benchmark("geometry3k", records(full), {"examples": full, "limit": None}, "paper")
+    assert whole["complete"] and not whole["partial"] and not whole["truncated"]
+    markdown = render_markdown({
+        "benchmarks": summaries, "model": "m", "grading": {"protocol": "paper", "grader_version": 1},
+        "generation": {"max_new_tokens": 2048, "min_pixels": 3136, "max_pixels": 1003520},
+        "table": {"this_run": table_row(summaries), "paper": {}, "paper_model": None},
+    })  # fmt: skip
+    assert "(partial: Geo3K, MMK12, HalluBench, MathVista, We-Math, MathVerse, MathVision truncated)" in markdown
+    assert "PARTIAL: Geo3K" in markdown and "partial: 4 of the paper's 601 rows" in markdown

@@ -39,7 +39,8 @@ def count_generated(monkeypatch):
     return calls
 
 
-def test_all_seven_then_resume_then_refuse(tiny_model_dir, data_dir, tmp_path, monkeypatch, capsys):
+def test_all_seven_then_resume_then_refuse(tiny_model_dir, data_dir, tmp_path, monkeypatch, capsys,
+                                           standins_as_full_splits):  # fmt: skip
     out = tmp_path / "results"
     args = ["eval", "--model", tiny_model_dir, "--data_dir", data_dir, "--output_dir", str(out), "--protocol", "rule",
             *FAST]  # fmt: skip
@@ -141,7 +142,8 @@ def test_usage_errors_are_one_line_before_the_model(
     assert message in err
 
 
-def test_lenient_judge_path_and_never_writes_the_key(tiny_model_dir, data_dir, tmp_path, monkeypatch):
+def test_lenient_judge_path_and_never_writes_the_key(tiny_model_dir, data_dir, tmp_path, monkeypatch,
+                                                    standins_as_full_splits):  # fmt: skip
     server = FakeOpenAI()
     server.default = "echo"  # right iff the completion boxes the reference letter: never, for the random model
     server.script = ["OK", "500"]  # the reachability check, then the first grading call fails once and is retried
@@ -169,7 +171,7 @@ def test_lenient_judge_path_and_never_writes_the_key(tiny_model_dir, data_dir, t
 
 
 def test_paper_run_retries_failed_judge_calls_on_resume_then_rescores(tiny_model_dir, data_dir, tmp_path, monkeypatch,
-                                                                       capsys):  # fmt: skip
+                                                                       capsys, standins_as_full_splits):  # fmt: skip
     server = FakeOpenAI()
     server.respond = lambda prompt: "OK" if prompt == "Reply with OK." else "500"  # the judge fails every grading call
     monkeypatch.setenv("VEPO_TEST_JUDGE_KEY", SECRET)

@@ -91,6 +91,7 @@ class Benchmark:
     hub_config: str | None = None
     split: str = "test"
     judged_in_paper: bool = False  # the paper graded it with gpt-4o-mini
+    paper_rows: int | None = None  # the rows of the split the paper evaluated: fewer loaded make a partial result
     in_paper_table: bool = True
     folders: tuple[str, ...] = ()  # folder names accepted under --data_dir
     category_fields: tuple[str, ...] = ()
@@ -382,6 +383,8 @@ class Geometry3K(Benchmark):
     The prompt is the problem alone, without the choices (NoisyRollout's geo3k loader), so the answer is a value.
     """
 
+    paper_rows: int | None = 601
+
     name: str = "geometry3k"
     title: str = "Geo3K"
     hub_id: str = "hiyouga/geometry3k"
@@ -436,6 +439,8 @@ class Geometry3K(Benchmark):
 class MMK12(Benchmark):
     """FanqingM/MMK12 test (2,000 multiple-choice items): options inline as "A. ..." lines, the gold is the letter."""
 
+    paper_rows: int | None = 2000
+
     name: str = "mmk12"
     title: str = "MMK12"
     hub_id: str = "FanqingM/MMK12"
@@ -468,6 +473,8 @@ class MathVerse(Benchmark):
 
     The judge sees `question_for_eval`; sub-accuracy by `problem_version`.
     """
+
+    paper_rows: int | None = 3940
 
     name: str = "mathverse"
     title: str = "MathVerse"
@@ -515,6 +522,8 @@ class MathVision(Benchmark):
 
     The gold is the letter when `options` is non-empty, else the value. Sub-accuracy by `subject`.
     """
+
+    paper_rows: int | None = 3040
 
     name: str = "mathvision"
     title: str = "MathVision"
@@ -580,6 +589,8 @@ class MathVista(Benchmark):
     Multiple-choice golds are choice texts on the Hub; they become letters (`choices.index(answer)`), as in
     NoisyRollout, and the choice text counts too. Sub-accuracy by `metadata.task`.
     """
+
+    paper_rows: int | None = 1000
 
     name: str = "mathvista"
     title: str = "MathVista"
@@ -660,6 +671,8 @@ class WeMath(Benchmark):
     composites).
     """
 
+    paper_rows: int | None = 1740
+
     name: str = "wemath"
     title: str = "We-Math"
     hub_id: str = "We-Math/We-Math"
@@ -728,6 +741,8 @@ class HallusionBench(Benchmark):
     "yes" when `gt_answer` is "1". Reports aAcc (the headline), qAcc and fAcc over the image rows, and accuracy by
     `subcategory`.
     """
+
+    paper_rows: int | None = 951
 
     name: str = "hallusionbench"
     title: str = "HalluBench"

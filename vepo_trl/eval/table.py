@@ -91,15 +91,19 @@ def summarize_benchmark(name: str, records: Sequence[Mapping[str, Any]], expecte
     correct = [bool(_verdict(r, protocol)["correct"]) for r in graded]
     unjudged = len(records) - len(graded)
     judges = {(_verdict(r, protocol).get("grader") or {}).get("judge") for r in graded} - {None}
+    # A local copy with fewer rows than the split the paper evaluated is a partial result, like a --limit run
+    truncated = bench.paper_rows is not None and total is not None and total < bench.paper_rows
     summary: dict[str, Any] = {
         "title": bench.title,
         "examples": len(records),
         "expected": total,
+        "paper_rows": bench.paper_rows,
         "limit": limit,
-        "partial": limit is not None,
+        "partial": limit is not None or truncated,
+        "truncated": truncated,
         "unjudged": unjudged,
         "unusable": sum(1 for r in records if r.get("error")),
-        "complete": limit is None and total is not None and len(records) >= total and unjudged == 0,
+        "complete": limit is None and not truncated and total is not None and len(records) >= total and unjudged == 0,
         "protocol": protocol,
         "accuracy": _pct(_mean(correct)),
         "correct": sum(correct),
@@ -195,10 +199,12 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
     titles = [BENCHMARKS[name].title for name in PAPER_BENCHMARKS]
     label = summary["model"] + (f" + {summary['adapter']}" if summary.get("adapter") else "")
     lines = [f"# vepo-trl eval: {label}", "", f"Graded under `--protocol {protocol}`: {PROTOCOL_HELP[protocol]}.", ""]
-    partial = sorted({b["limit"] for b in benches.values() if b.get("partial")})
+    partial = sorted({b["limit"] for b in benches.values() if b.get("partial") and b.get("limit") is not None})
+    truncated = [b["title"] for name, b in benches.items() if b.get("truncated") and name in PAPER_BENCHMARKS]
     in_table = [name for name in PAPER_BENCHMARKS if name in benches]
     if in_table:
-        this_run = "**this run**" + (f" (partial: --limit {partial[0]})" if partial else "")
+        label = f"--limit {partial[0]}" if partial else f"{', '.join(truncated)} truncated" if truncated else ""
+        this_run = "**this run**" + (f" (partial: {label})" if label else "")
         lines += [
             "| Model / Dataset | " + " | ".join(titles) + " | Avg. |",
             "|---|" + "---:|" * (len(titles) + 1),
@@ -212,6 +218,9 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         if partial:
             lines.append(f"PARTIAL: a --limit {partial[0]} run grades the first rows only; no average, and no cell "
                          "is comparable with the paper's. ")  # fmt: skip
+        elif truncated:
+            lines.append(f"PARTIAL: {', '.join(truncated)} had fewer rows than the split the paper evaluated (a "
+                         "truncated local copy); no average, and those cells are not comparable with the paper's. ")  # fmt: skip
         elif summary["table"]["this_run"][-1] is None:
             lines.append("Avg. is shown once all seven benchmarks are complete and fully graded. ")
         if protocol != "paper":
@@ -233,8 +242,10 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
                          "a rerun or --rescore retries them)")  # fmt: skip
         if bench.get("unusable"):
             notes.append(f"{bench['unusable']} rows with an unreadable image, counted wrong")
-        if bench.get("partial"):
+        if bench.get("partial") and bench.get("limit") is not None:
             notes.append(f"partial (--limit {bench['limit']})")
+        elif bench.get("truncated"):
+            notes.append(f"partial: {bench['expected']} of the paper's {bench['paper_rows']:,} rows")
         count = f"{bench['examples']}" + (f" / {bench['expected']}" if bench.get("expected") else "")
         others = [_cell(bench["by_protocol"].get(p, {}).get("accuracy")) for p in ("rule", "lenient", "paper")]
         lines.append(

@@ -78,6 +78,42 @@ CLI_CASES: list[list[str]] = [
     ["trian"],
 ]
 
+# One invalid value per field of the config's value table (`TRAINING_VALUE_RULES`), and a model family with no adapter
+TABLE_CASES: list[list[str]] = [
+    [*TRAIN, "--max_completion_length", "0"],
+    [*TRAIN, "--per_device_train_batch_size", "0"],
+    [*TRAIN, "--per_device_eval_batch_size", "-1"],
+    [*TRAIN, "--gradient_accumulation_steps", "0"],
+    [*TRAIN, "--num_generations", "1"],
+    [*TRAIN, "--num_generations_eval", "0"],
+    [*TRAIN, "--steps_per_generation", "0"],
+    [*TRAIN, "--generation_batch_size", "-8"],
+    [*TRAIN, "--num_iterations", "0"],
+    [*TRAIN, "--max_steps", "0"],
+    [*TRAIN, "--logging_steps", "-1"],
+    [*TRAIN, "--save_steps", "0"],
+    [*TRAIN, "--eval_steps", "0"],
+    [*TRAIN, "--num_train_epochs", "0"],
+    [*TRAIN, "--learning_rate", "nan"],
+    [*TRAIN, "--weight_decay", "-0.1"],
+    [*TRAIN, "--warmup_steps", "-5"],
+    [*TRAIN, "--max_grad_norm", "-1"],
+    [*TRAIN, "--adam_beta1", "1"],
+    [*TRAIN, "--adam_beta2", "1.5"],
+    [*TRAIN, "--adam_epsilon", "0"],
+    [*TRAIN, "--temperature", "inf"],
+    [*TRAIN, "--top_p", "0"],
+    [*TRAIN, "--top_k", "-1"],
+    [*TRAIN, "--min_p", "2"],
+    [*TRAIN, "--repetition_penalty", "0"],
+    [*TRAIN, "--beta", "-0.1"],
+    [*TRAIN, "--epsilon", "0"],
+    [*TRAIN, "--epsilon_high", "-1"],
+    [*TRAIN, "--seed", "-3"],
+    ["demo", "--per_device_train_batch_size", "0"],
+    [*TRAIN, "--model_name_or_path", "llava15"],
+]
+
 API_CASES: list[tuple[str, str]] = [
     (
         'VEPOTrainer(model="/nonexistent/model")',
@@ -137,6 +173,11 @@ def make_scratch(folder: Path) -> None:
             (folder / name / "vepo_run.json").write_text(json.dumps({"settings": record}))
     (folder / "keep").mkdir()
     (folder / "keep" / "summary.md").write_text("a good run\n")
+    # A LLaVA-1.5 folder (config.json only): VEPO has no adapter for its family
+    (folder / "llava15").mkdir()
+    (folder / "llava15" / "config.json").write_text(
+        json.dumps({"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"]})
+    )
     (folder / "other_lab" / "runs").mkdir(parents=True)
     (folder / "other_lab" / "warm_start.json").write_text("{}")
     (folder / "other_lab" / "vepo_lab.json").write_text(json.dumps({"settings": {"steps": 50}}))
@@ -160,7 +201,7 @@ def main() -> None:
         env["VEPO_TRL_CACHE"] = env.get("VEPO_TRL_CACHE") or str(folder / "cache")
         env["HF_DATASETS_CACHE"] = str(folder / "datasets-cache")
         cases = [(f"vepo-trl {' '.join(repr(a) if not a or ' ' in a else a for a in c)}", [sys.executable, "-m",
-                  "vepo_trl", *c]) for c in CLI_CASES]  # fmt: skip
+                  "vepo_trl", *c]) for c in CLI_CASES + TABLE_CASES]  # fmt: skip
         # The API raises: the row shows the exception's own message (its lines), printed by a wrapper exiting 2
         wrap = "import sys\ntry:\n    {}\nexcept ValueError as e:\n    print(f'{{type(e).__name__}}: {{e}}', file=sys.stderr)\n    sys.exit(2)"
         cases += [(f"API: {label}", [sys.executable, "-c", wrap.format(code)]) for label, code in API_CASES]

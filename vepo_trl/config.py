@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
@@ -222,6 +223,7 @@ class VEPOConfig(GRPOConfig):
             "patch_probability",
         ):
             setattr(self, name, _finite_number(name, getattr(self, name)))
+        check_training_values(self)  # before TRL's own checks, some of which divide by these
         if self.bf16 is None:
             # GRPOConfig would turn an unset bf16 into True, which TrainingArguments then rejects on a CPU
             self.bf16 = not self.fp16 and not self.use_cpu and _hardware_supports_bf16()
@@ -297,6 +299,68 @@ class VEPOConfig(GRPOConfig):
             )
         if self.perturbation_seed is None:
             self.perturbation_seed = self.seed
+
+
+# The numbers `GRPOConfig` / `TrainingArguments` take that their own checks let through to a crash deep in a run
+# (a traceback after the model loaded: `max_completion_length 0`, `per_device_train_batch_size 0`, `num_generations 0`)
+# or to a run that silently does something else (`logging_steps -1`, `max_steps 0`). field -> (test, what is valid);
+# None passes where the field allows it. Checked before TRL's own `__post_init__`.
+def _at_least(low):
+    return lambda v: v >= low
+
+
+def _in_range(low, high, *, low_open=False, high_open=False):
+    return lambda v: (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
+
+
+TRAINING_VALUE_RULES: dict[str, tuple[Callable, str, bool]] = {
+    # name: (test, valid values, whole number)
+    "per_device_train_batch_size": (_at_least(1), "a whole number >= 1", True),
+    "per_device_eval_batch_size": (_at_least(1), "a whole number >= 1", True),
+    "gradient_accumulation_steps": (_at_least(1), "a whole number >= 1", True),
+    "num_generations": (_at_least(2), "a whole number >= 2 (GRPO compares a prompt's completions)", True),
+    "num_generations_eval": (_at_least(1), "a whole number >= 1, or unset", True),
+    "max_completion_length": (_at_least(1), "a whole number >= 1 (new tokens per completion)", True),
+    "steps_per_generation": (_at_least(1), "a whole number >= 1, or unset", True),
+    "generation_batch_size": (_at_least(1), "a whole number >= 1, or unset", True),
+    "num_iterations": (_at_least(1), "a whole number >= 1", True),
+    "max_steps": (lambda v: v == -1 or v >= 1, "a whole number >= 1 (or -1: train num_train_epochs)", True),
+    "logging_steps": (lambda v: v > 0, "above 0 (a step count, or a fraction of the run below 1)", False),
+    "save_steps": (lambda v: v > 0, "above 0 (a step count, or a fraction of the run below 1)", False),
+    "eval_steps": (lambda v: v > 0, "above 0, or unset", False),
+    "num_train_epochs": (lambda v: v > 0, "above 0", False),
+    "learning_rate": (lambda v: v > 0, "above 0 (the paper: 1e-6)", False),
+    "weight_decay": (_at_least(0), ">= 0", False),
+    "warmup_steps": (_at_least(0), ">= 0", False),
+    "max_grad_norm": (_at_least(0), ">= 0", False),
+    "adam_beta1": (_in_range(0, 1, high_open=True), "in [0, 1)", False),
+    "adam_beta2": (_in_range(0, 1, high_open=True), "in [0, 1)", False),
+    "adam_epsilon": (lambda v: v > 0, "above 0", False),
+    "temperature": (lambda v: v > 0, "above 0 (the paper: 1.0)", False),
+    "top_p": (_in_range(0, 1, low_open=True), "in (0, 1]", False),
+    "top_k": (_at_least(0), "a whole number >= 0 (0: off), or unset", True),
+    "min_p": (_in_range(0, 1), "in [0, 1], or unset", False),
+    "repetition_penalty": (lambda v: v > 0, "above 0 (1.0: off)", False),
+    "beta": (_at_least(0), ">= 0 (0: no reference model)", False),
+    "epsilon": (lambda v: v > 0, "above 0 (the clip range)", False),
+    "epsilon_high": (lambda v: v > 0, "above 0, or unset", False),
+    "seed": (_at_least(0), "a whole number >= 0", True),
+}
+
+
+def check_training_values(config) -> None:
+    """Each field of `TRAINING_VALUE_RULES` set on `config`: a clear `ValueError` naming the flag, the value and what
+    would be valid (the CLI prints it as one line before anything loads)."""
+    for name, (test, valid, whole) in TRAINING_VALUE_RULES.items():
+        value = getattr(config, name, None)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ValueError(f"--{name} {value!r}: must be {valid}.")
+        if whole and not float(value).is_integer():
+            raise ValueError(f"--{name} {value!r}: must be {valid}.")
+        if not test(value):
+            raise ValueError(f"--{name} {value!r}: must be {valid}.")
 
 
 def _hardware_supports_bf16() -> bool:

@@ -201,6 +201,43 @@ def check_arguments(script_args, training_args, model_args) -> None:
         _check_hub_dataset(field_name, name)
     # Last: the one check that may touch the network (a Hub id not in the cache)
     check_model_name(model_args.model_name_or_path)
+    _check_model_family(model_args, training_args)
+
+
+def _check_model_family(model_args, training_args) -> None:
+    """A strategy that perturbs images needs a model family VEPO has an adapter for: read off the model folder's (or
+    the cached Hub repo's) `config.json` before any weight loads."""
+    import json
+
+    from vepo_trl.families import family_of, supported_families
+    from vepo_trl.scoring import SELECTION_STRATEGIES
+
+    strategy = SELECTION_STRATEGIES.get(training_args.selection_strategy)
+    name = model_args.model_name_or_path
+    if strategy is None or not strategy.needs_perturbed_pass or not name:
+        return
+    path = Path(name).expanduser() / "config.json"
+    if not path.is_file():
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(name, "config.json", revision=model_args.model_revision)
+        except Exception:  # not a Hub id (a built-in name resolves later): nothing to read here
+            return
+        if not isinstance(cached, str):
+            return
+        path = Path(cached)
+    try:
+        model_type = json.loads(path.read_text()).get("model_type")
+    except (OSError, ValueError):
+        return  # unreadable: transformers says why when it loads
+    config = type("Config", (), {"model_type": model_type})()
+    if model_type and family_of(config) is None:
+        raise UsageError(
+            f"model_name_or_path {name}: a {model_type!r} model, for which VEPO has no perturbation adapter, and "
+            f"selection_strategy {training_args.selection_strategy!r} perturbs the model's images. Supported families: "
+            f"{', '.join(supported_families())}; or --selection_strategy entropy / full."
+        )
 
 
 def is_known_dataset(name: str) -> bool:

@@ -336,7 +336,7 @@ TRAINING_VALUE_RULES: dict[str, tuple[Callable, str, bool]] = {
     "adam_beta1": (_in_range(0, 1, high_open=True), "in [0, 1)", False),
     "adam_beta2": (_in_range(0, 1, high_open=True), "in [0, 1)", False),
     "adam_epsilon": (lambda v: v > 0, "above 0", False),
-    "temperature": (lambda v: v > 0, "above 0 (the paper: 1.0)", False),
+    "temperature": (lambda v: v > 0, "above 0: GRPO samples its completions at it (the paper: 1.0)", False),
     "top_p": (_in_range(0, 1, low_open=True), "in (0, 1]", False),
     "top_k": (_at_least(0), "a whole number >= 0 (0: off), or unset", True),
     "min_p": (_in_range(0, 1), "in [0, 1], or unset", False),

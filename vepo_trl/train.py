@@ -123,13 +123,8 @@ def check_output_dir(output_dir: str | None) -> None:
 
 def _check_values(script_args, training_args) -> None:
     """Values that pass the type checks but would fail deep inside a run, or make it do nothing."""
-    if not training_args.temperature > 0:
-        raise UsageError(
-            f"temperature must be above 0, got {training_args.temperature:g}: GRPO samples its completions at it "
-            "(the paper uses 1.0; a lower value such as 0.3 samples closer to greedy)."
-        )
-    if not training_args.learning_rate > 0:
-        raise UsageError(f"learning_rate must be above 0, got {training_args.learning_rate:g} (the paper: 1e-6).")
+    # The numbers TRL's config takes (temperature, learning_rate, batch sizes, ...) are checked once, when the config
+    # is built (`vepo_trl.config.TRAINING_VALUE_RULES`); these are the script's own
     uses_generated = {script_args.dataset_name, script_args.eval_dataset_name} & {SYNTHETIC_DATASET, LAB_DATASET}
     if uses_generated and script_args.synthetic_rows < 1:
         raise UsageError(f"synthetic_rows must be at least 1, got {script_args.synthetic_rows}.")

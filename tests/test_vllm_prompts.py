@@ -173,3 +173,23 @@ def test_a_vllm_outside_trls_range_is_refused_in_one_line(monkeypatch, tmp_path,
         make_trainer(model_dirs["qwen2.5-vl"], dataset(1), tmp_path, use_vllm=True, vllm_mode="colocate")
     installed("0.31.0")
     check_vllm_version()
+
+
+@pytest.mark.parametrize("family", ["qwen2.5-vl", "gemma3", "smolvlm"])
+def test_unexpanded_prompts_hold_one_placeholder_per_image(family):
+    """What vLLM gets: the template's text tokenised alone, one image placeholder (Gemma 3: its begin-of-image token)
+    per image, where the processor's ids hold the expanded image."""
+    from vepo_trl.testing import build_tiny
+    from vepo_trl.vllm_prompts import unexpanded_prompt_ids
+
+    _, processor = build_tiny(family)
+    prompts = [[{"role": "user", "content": [{"type": "image"}] * n + [{"type": "text", "text": "How many?"}]}]
+               for n in (1, 2)]  # fmt: skip
+    images = [[image(56, 56, 0)], [image(84, 56, 1), image(56, 84, 2)]]
+    ids = unexpanded_prompt_ids(processor, prompts, images)
+    assert ids is not None
+    tokenizer = processor.tokenizer
+    target = processor.image_token_id if family != "gemma3" else tokenizer.convert_tokens_to_ids(processor.boi_token)
+    assert [row.count(target) for row in ids] == [1, 2]
+    expanded = processor.apply_chat_template(prompts[1], add_generation_prompt=True, tokenize=True, images=images[1])
+    assert len(ids[1]) < len(expanded["input_ids"][0] if "input_ids" in expanded else expanded[0])

@@ -57,11 +57,6 @@ def check_vllm_version() -> None:
         )
 
 
-def _placeholder_count(ids: list[int], token_id: int) -> int:
-    """Runs of `token_id` in `ids`: one per image, expanded or not."""
-    return sum(1 for i, token in enumerate(ids) if token == token_id and (i == 0 or ids[i - 1] != token_id))
-
-
 def unexpanded_prompt_ids(
     processing_class, prompts: list, images: list, *, chat_template=None, tools=None, **chat_template_kwargs
 ) -> list[list[int]] | None:
@@ -78,14 +73,15 @@ def unexpanded_prompt_ids(
     )
     tokenizer = getattr(processing_class, "tokenizer", processing_class)
     ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
-    image_token = getattr(processing_class, "image_token_id", None)
-    if image_token is None:
-        return None
-    for row, row_images in zip(ids, images, strict=True):
-        expected = len(row_images or [])
-        if row.count(image_token) != expected or _placeholder_count(row, image_token) != expected:
-            return None
-    return ids
+    # The token vLLM expands per image: the image token (Qwen2-VL family, Idefics3 / SmolVLM) or the begin-of-image
+    # token (Gemma 3, whose processor expands it into the image's soft tokens)
+    targets = [getattr(processing_class, "image_token_id", None)]
+    if getattr(processing_class, "boi_token", None):
+        targets.append(tokenizer.convert_tokens_to_ids(processing_class.boi_token))
+    for target in [t for t in targets if t is not None]:
+        if all(row.count(target) == len(row_images or []) for row, row_images in zip(ids, images, strict=True)):
+            return ids
+    return None
 
 
 @contextlib.contextmanager

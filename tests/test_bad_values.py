@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import vepo_trl.train as train_module
-from vepo_trl.cli import main as cli_main
 from vepo_trl.config import TRAINING_VALUE_RULES, VEPOConfig
+
+from .test_trust import run_cli
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,16 +31,6 @@ def nothing_loads(monkeypatch, tmp_path_factory):
 
     monkeypatch.setattr(train_module, "load_model", refuse)
     monkeypatch.setattr(train_module, "load_dataset_split", refuse)
-
-
-def run_cli(argv, capsys):
-    try:
-        cli_main(argv)
-        code = 0
-    except SystemExit as exit_info:
-        code = exit_info.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def assert_refused(code, err, *needles):

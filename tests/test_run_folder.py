@@ -13,11 +13,12 @@ import pytest
 from transformers.trainer_callback import PrinterCallback
 
 from vepo_trl import VEPOConfig, VEPOTrainer
-from vepo_trl.cli import main as cli_main
 from vepo_trl.data import synthetic_training_dataset
 from vepo_trl.insight.records import load_records, save_records
 from vepo_trl.run_folder import LOCK_FILE, hold_folder, is_our_card
 from vepo_trl.selection_pipeline import SAMPLES_FILE, SAMPLES_IN_PROGRESS
+
+from .test_trust import run_cli
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,16 +48,6 @@ def train(tiny_model_dir, output_dir, max_steps=4, resume=None):
 
 def steps(path):
     return [record.step for record in load_records(path)]
-
-
-def run_cli(argv, capsys):
-    try:
-        cli_main(argv)
-        code = 0
-    except SystemExit as exit_info:
-        code = exit_info.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # ---------------------------------------------------------------------------------------------------------------------

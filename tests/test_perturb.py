@@ -523,3 +523,15 @@ def test_gaussian_release_is_described_as_it_behaves(num_generations, effective)
     text = perturbation_text(args)
     assert f"over {num_generations} rollouts" in text and f"effective sigma {effective}" in text
     # (test_gaussian_release_accumulates_noise_like_the_release measures those sigmas on the noise itself)
+
+
+def test_grouped_tile_seeds_keep_the_content_seed_for_the_first_of_identical_tiles():
+    from vepo_trl.perturb import _grouped_tile_seeds, tile_seeds
+
+    a, b = torch.full((3, 4, 4), 0.5), torch.full((3, 4, 4), -0.25)
+    tiles = torch.stack([a, a, b, a])
+    seeds = _grouped_tile_seeds(tiles, [(4, 4)] * 4, [4], seed=7, step=2)
+    assert seeds[0] == tile_seeds(a[None], 7, 2)[0] and seeds[2] == tile_seeds(b[None], 7, 2)[0]
+    assert len(set(seeds)) == 4  # the repeats of `a` get seeds of their own
+    # Groups do not see each other: the same tile first in its own group has the content seed again
+    assert _grouped_tile_seeds(tiles, [(4, 4)] * 4, [2, 2], seed=7, step=2)[2:] == tile_seeds(tiles[2:], 7, 2)

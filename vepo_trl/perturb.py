@@ -366,14 +366,22 @@ def patch_blackout(rows, grid, layout, generator, *, patch_probability: float = 
     return torch.where(layout.patch_drop(rows, generator, patch_probability), layout.black(rows), rows)
 
 
+def _tile_content(tile: torch.Tensor) -> tuple[tuple[int, ...], int, int]:
+    """A tile's `(C, H, W)` shape and exact integer checksums of its pixels (as `image_seeds`)."""
+    quantized = torch.round(tile.detach().float() * 1024).long().flatten()
+    positions = torch.arange(1, quantized.numel() + 1, device=quantized.device)
+    return tuple(tile.shape), int(quantized.sum()), int((quantized * positions).sum())
+
+
+def _content_seed(seed: int, step: int, content: tuple, repeat: int = 0) -> int:
+    shape, total, weighted = content
+    return stable_seed(seed, step, list(shape), total, weighted, *((repeat,) if repeat else ()))
+
+
 def tile_seeds(tiles: torch.Tensor, seed: int, step: int) -> list[int]:
     """One seed per tile `(N, C, H, W)` from its content (exact integer checksums, as `image_seeds`), its shape, the
     base seed and the step."""
-    quantized = torch.round(tiles.detach().float() * 1024).long().flatten(1)
-    positions = torch.arange(1, quantized.shape[1] + 1, device=quantized.device)
-    sums = torch.stack([quantized.sum(-1), (quantized * positions).sum(-1)], -1).tolist()
-    shape = list(tiles.shape[1:])
-    return [stable_seed(seed, step, shape, a, b) for a, b in sums]
+    return [_content_seed(seed, step, _tile_content(tile)) for tile in tiles]
 
 
 def _tile_groups(pixel_values: torch.Tensor, tile_groups: list[int] | None) -> list[int]:
@@ -399,16 +407,10 @@ def _grouped_tile_seeds(tiles, sizes, groups: list[int], seed: int, step: int) -
         seen: dict[tuple, int] = {}
         for index in range(start, start + size):
             h, w = sizes[index]
-            tile = tiles[index, :, :h, :w]
-            quantized = torch.round(tile.detach().float() * 1024).long().flatten()
-            positions = torch.arange(1, quantized.numel() + 1, device=quantized.device)
-            content = (tuple(tile.shape), int(quantized.sum()), int((quantized * positions).sum()))
+            content = _tile_content(tiles[index, :, :h, :w])
             repeat = seen.get(content, 0)
             seen[content] = repeat + 1
-            # The first of identical tiles keeps the content-only seed of `tile_seeds`
-            seeds.append(
-                stable_seed(seed, step, *content) if repeat == 0 else stable_seed(seed, step, *content, repeat)
-            )
+            seeds.append(_content_seed(seed, step, content, repeat))  # the first of identical tiles: `tile_seeds`'
         start += size
     return seeds
 

@@ -58,14 +58,21 @@ def _identity(tensor: torch.Tensor) -> tuple:
     return (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
 
 
-def saved_names(model: torch.nn.Module) -> dict[str, list[str]]:
-    """Saved checkpoint name -> the model's names of that tensor (several when tied), from transformers' inverse."""
+def _tied_groups(state: dict[str, torch.Tensor]) -> dict[tuple, list[str]]:
+    """The model's names of each of its tensors (several when tied), keyed by the tensor's storage and layout."""
+    groups: dict[tuple, list[str]] = {}
+    for name, tensor in state.items():
+        groups.setdefault(_identity(tensor), []).append(name)
+    return groups
+
+
+def saved_names(model: torch.nn.Module, state: dict[str, torch.Tensor] | None = None) -> dict[str, list[str]]:
+    """Saved checkpoint name -> the model's names of that tensor (several when tied), from transformers' inverse.
+    `state`: the model's `state_dict()`, when the caller holds it already."""
     from transformers.core_model_loading import revert_weight_conversion
 
-    state = model.state_dict()
-    by_tensor: dict[tuple, list[str]] = {}
-    for name, tensor in state.items():
-        by_tensor.setdefault(_identity(tensor), []).append(name)
+    state = model.state_dict() if state is None else state
+    by_tensor = _tied_groups(state)
     reverted = revert_weight_conversion(model, dict(state)) if hasattr(model, "config") else state
     names = {}
     for saved, tensor in reverted.items():
@@ -96,7 +103,7 @@ def restore_weights(model: torch.nn.Module, folder: str, missing_after_trainer: 
 
     Raises `CheckpointRestoreError` (one line) when a model tensor has no counterpart in the checkpoint."""
     state = model.state_dict()
-    names = saved_names(model)
+    names = saved_names(model, state)
     restored: set[str] = set()
     with torch.no_grad():
         for saved, tensor in _checkpoint_tensors(folder):
@@ -109,10 +116,7 @@ def restore_weights(model: torch.nn.Module, folder: str, missing_after_trainer: 
                     )
                 state[target].copy_(tensor)  # the state dict's tensors share the parameters' storage
                 restored.add(target)
-    # Tied names are one tensor: restored once, counted once
-    groups: dict[tuple, list[str]] = {}
-    for name, tensor in state.items():
-        groups.setdefault(_identity(tensor), []).append(name)
+    groups = _tied_groups(state)  # tied names are one tensor: restored once, counted once
     missing = sorted(group[0] for group in groups.values() if not restored.intersection(group))
     left_by_trainer = set(missing_after_trainer)
     total = len(groups)

@@ -49,13 +49,28 @@ def hub_unreachable() -> str | None:
     return None
 
 
-def _in_hub_cache(repo_id: str, filename: str, repo_type: str = "model") -> bool:
+def _cached_file(repo_id: str, filename: str, repo_type: str = "model", revision: str | None = None) -> str | None:
+    """The path of `filename` of a Hub repo in the local cache, or None (not cached, or not a valid repo id)."""
     from huggingface_hub import try_to_load_from_cache
 
     try:
-        return isinstance(try_to_load_from_cache(repo_id, filename, repo_type=repo_type), str)
+        path = try_to_load_from_cache(repo_id, filename, repo_type=repo_type, revision=revision)
     except ValueError:  # not a valid repo id
-        return False
+        return None
+    return path if isinstance(path, str) else None
+
+
+def _in_hub_cache(repo_id: str, filename: str, repo_type: str = "model") -> bool:
+    return _cached_file(repo_id, filename, repo_type) is not None
+
+
+def local_config_file(name: str, revision: str | None = None) -> Path | None:
+    """A model's `config.json` on this machine: in its folder, or in the Hub cache for a Hub id; None otherwise."""
+    path = Path(name).expanduser() / "config.json"
+    if path.is_file():
+        return path
+    cached = _cached_file(name, "config.json", revision=revision)
+    return Path(cached) if cached else None
 
 
 def tiny_model_names() -> list[str]:

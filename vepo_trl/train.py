@@ -203,31 +203,24 @@ def _check_model_family(model_args, training_args) -> None:
     """A strategy that perturbs images needs a model family VEPO has an adapter for: read off the model folder's (or
     the cached Hub repo's) `config.json` before any weight loads."""
     import json
+    from types import SimpleNamespace
 
     from vepo_trl.families import family_of, supported_families
+    from vepo_trl.local_models import local_config_file
     from vepo_trl.scoring import SELECTION_STRATEGIES
 
     strategy = SELECTION_STRATEGIES.get(training_args.selection_strategy)
     name = model_args.model_name_or_path
     if strategy is None or not strategy.needs_perturbed_pass or not name:
         return
-    path = Path(name).expanduser() / "config.json"
-    if not path.is_file():
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            cached = try_to_load_from_cache(name, "config.json", revision=model_args.model_revision)
-        except Exception:  # not a Hub id (a built-in name resolves later): nothing to read here
-            return
-        if not isinstance(cached, str):
-            return
-        path = Path(cached)
+    path = local_config_file(name, model_args.model_revision)  # None for a built-in name: it resolves later
+    if path is None:
+        return
     try:
         model_type = json.loads(path.read_text()).get("model_type")
     except (OSError, ValueError):
         return  # unreadable: transformers says why when it loads
-    config = type("Config", (), {"model_type": model_type})()
-    if model_type and family_of(config) is None:
+    if model_type and family_of(SimpleNamespace(model_type=model_type)) is None:
         raise UsageError(
             f"model_name_or_path {name}: a {model_type!r} model, for which VEPO has no perturbation adapter, and "
             f"selection_strategy {training_args.selection_strategy!r} perturbs the model's images. Supported families: "

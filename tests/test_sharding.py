@@ -1,6 +1,11 @@
-"""Sharded weights with torch's own FSDP on a gloo group (two CPU processes): the LM head read outside a forward, and
-processes that disagree about images. `accelerate launch` with an FSDP config on the CPU silently runs DDP, so the
-model is sharded here by torch directly, with the hooks `VEPOTrainer` installs under sharding."""
+"""Sharded weights on a gloo group (two CPU processes).
+
+- torch's own FSDP on the tiny model: the LM head read outside a forward, and processes that disagree about images
+  (`sharded_ranks.py`).
+- `VEPOTrainer` itself under DDP, FSDP1, FSDP2, DeepSpeed ZeRO-2 and ZeRO-3, through accelerate's and TRL's own
+  sharding code (`trainer_ranks.py`: accelerate never gives FSDP or DeepSpeed to a CPU run; a few test-only lines
+  make it): a text-only process beside one with images, gradient accumulation 2, rollout-time scoring, fixed
+  completions and SGD, against one process."""
 
 import json
 import os
@@ -15,6 +20,7 @@ from .test_distributed import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "distributed" / "sharded_ranks.py"
+TRAINER_SCRIPT = REPO / "tests" / "distributed" / "trainer_ranks.py"
 
 
 def run_sharded(tmp_path, model_dir, mode, align):
@@ -77,8 +83,98 @@ def test_alignment_is_installed_only_when_weights_are_sharded(tiny_model_dir, vi
 
     assert weights_are_sharded(trainer(fsdp=True)) and weights_are_sharded(trainer(deepspeed_stage=3))
     assert not weights_are_sharded(trainer()) and not weights_are_sharded(trainer(deepspeed_stage=2))
+    # ZeRO-2 does not shard weights but reduces a trainable tower's gradients by bucket: aligned too; a frozen one not
+    from transformers import AutoModelForImageTextToText
+
+    from vepo_trl.sharding import gradients_reduce_by_bucket
+
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir)
+    assert gradients_reduce_by_bucket(trainer(deepspeed_stage=2), model)
+    assert not gradients_reduce_by_bucket(trainer(deepspeed_stage=3), model)
+    model.model.visual.requires_grad_(False)
+    assert not gradients_reduce_by_bucket(trainer(deepspeed_stage=2), model)
     # DDP on the CPU: no hook, no all-reduce per forward
     from .test_trainer import make_trainer
 
     vepo = make_trainer(tiny_model_dir, visual_dataset, tmp_path)
     assert vepo.vision_alignment == [None]
+
+
+def run_trainer(output, model_dir, mode, trainer="vepo"):
+    """`trainer_ranks.py` on two processes (one for `single`); its report and final weights."""
+    import torch
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    processes = "1" if mode == "single" else "2"
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", processes, "--master_port", str(free_port()),
+        str(TRAINER_SCRIPT), str(output), model_dir, mode, trainer,
+    ]  # fmt: skip
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=output.parent, timeout=400)
+    except subprocess.TimeoutExpired as error:
+        pytest.fail(f"{mode} run hung:\n{(error.stderr or b'')[-3000:]}")
+    assert result.returncode == 0, result.stderr[-5000:]
+    return json.loads((output / "report.json").read_text()), torch.load(output / "weights.pt")
+
+
+def largest_difference(weights, reference):
+    assert weights.keys() == reference.keys()
+    return max(((weights[name] - reference[name]).abs().max().item(), name) for name in weights)
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory, tiny_model_dir):
+    """The same training on one process (gradient accumulation 4 for the two processes' 2 x 2)."""
+    return run_trainer(tmp_path_factory.mktemp("one") / "single", tiny_model_dir, "single")
+
+
+SHARDING = {  # mode: (accelerate's distributed type, FSDP version, ZeRO stage, whether processes align the tower)
+    "ddp": ("MULTI_CPU", None, None, False),
+    "fsdp1": ("FSDP", 1, None, True),
+    "fsdp2": ("FSDP", 2, None, True),
+    "zero2": ("DEEPSPEED", None, 2, True),
+    "zero3": ("DEEPSPEED", None, 3, True),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", list(SHARDING))
+def test_sharded_vepo_trainer_ends_on_the_one_process_weights(tmp_path, tiny_model_dir, one_process, mode):
+    if mode.startswith("zero"):
+        pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (pip install -e '.[deepspeed]')")
+    report, weights = run_trainer(tmp_path / mode, tiny_model_dir, mode)
+    distributed_type, fsdp_version, zero_stage, aligned = SHARDING[mode]
+    # accelerate really ran the mode (the test-only set-up did not fall back to a plain run)
+    assert report["distributed_type"] == f"DistributedType.{distributed_type}"
+    assert (report["fsdp_version"], report["zero_stage"]) == (fsdp_version, zero_stage)
+    assert report["global_step"] == 4
+    text_rank, image_rank = report["ranks"]
+    assert text_rank["digest"] == image_rank["digest"]  # the same weights on both processes
+    # Process 0 only had text-only prompts (nothing perturbed), process 1 images; under sharding (and ZeRO-2's bucketed
+    # reductions of the trainable tower) process 0 ran the tower on the dummy image wherever process 1 ran it
+    assert text_rank["perturbed"] == 0 and image_rank["perturbed"] == 8
+    assert (text_rank["dummy_forwards"] or 0) > 0 if aligned else text_rank["dummy_forwards"] is None
+    assert image_rank["dummy_forwards"] in (0, None)
+    if mode == "fsdp2":  # the LM head was unsharded for TRL's fused head (see sharding.FusedHeadUnshard)
+        assert text_rank["head_unshards"] > 0
+    reference_report, reference = one_process
+    assert text_rank["changed"] > 0.1
+    # The one-process run's weights, to float32 rounding of other micro-batch compositions (lr 0.5, 4 SGD steps);
+    # FSDP2 was 0.34 off in lm_head.weight before VEPO unsharded the head for TRL's fused head
+    difference, name = largest_difference(weights, reference)
+    assert difference < 1e-4, (name, difference)
+    assert report["losses"] == pytest.approx(reference_report["losses"], abs=1e-5)
+
+
+@pytest.mark.slow
+def test_sharded_upstream_fsdp2_trains_a_vlm_head_on_each_process_own_data(tmp_path, tiny_model_dir):
+    """Upstream failure VEPO guards: accelerate (1.15) shards a VLM's LM head as a group alone (its final norm is no
+    direct child of the base model), and TRL's fused head reads the weight without running the head's forward, so
+    under gradient accumulation its gradient skips FSDP's reduce-scatter. The parent trainer, all-image data (it
+    refuses text-only rows beside images). When this fails, upstream is fixed: `FusedHeadUnshard` switches itself
+    off where accelerate groups the head with a module the backbone runs."""
+    _, reference = run_trainer(tmp_path / "single", tiny_model_dir, "single", "grpo")
+    _, weights = run_trainer(tmp_path / "fsdp2", tiny_model_dir, "fsdp2", "grpo")
+    difference, name = largest_difference(weights, reference)
+    assert name == "lm_head.weight" and difference > 1e-2

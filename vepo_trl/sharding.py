@@ -15,7 +15,9 @@ Under sharding a module's parameters are gathered by collectives when it runs. T
   reaches the tower's parameters too, last, as for an image (their gradient reductions line up in number and order,
   and their gradient is exactly zero).
 
-Nothing here runs when the weights are not sharded.
+DeepSpeed ZeRO-2 does not shard weights, but reduces gradients by bucket as they are produced: with a trainable
+vision tower a text-only process must run the tower too (its gradient exactly zero), so the alignment is installed
+there as well (`gradients_reduce_by_bucket`). Nothing here runs otherwise.
 """
 
 from __future__ import annotations
@@ -195,6 +197,10 @@ class VisionTowerAlignment:
         if dtype is not None and "pixel_values" in inputs:
             inputs["pixel_values"] = inputs["pixel_values"].to(dtype)
         features = self.model.get_image_features(**inputs)
+        # Only what an image forward feeds the language model (transformers 5: `pooler_output`): under ZeRO-3 each
+        # output that receives a gradient enters the tower's backward hook once more, and the processes' recorded
+        # module orders must agree
+        features = getattr(features, "pooler_output", None) or features
         self._ran = True
         self.dummy_forwards += 1
         return sum(t.float().sum() for t in _tensors(features) if t.is_floating_point()) * 0.0
@@ -220,10 +226,23 @@ class VisionTowerAlignment:
             del self._generation_model._prepare_multimodal_encoder_kwargs_for_generation
 
 
+def gradients_reduce_by_bucket(trainer, model: torch.nn.Module) -> bool:
+    """DeepSpeed ZeRO-2 with a trainable vision tower: gradients are reduced in buckets as they are produced, so a
+    process whose micro-batch has no image (no tower gradient) fills other buckets than one whose has, and the
+    reductions mismatch (gloo: a size error; NCCL: a likely hang)."""
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    if not (getattr(trainer, "is_deepspeed_enabled", False) and plugin is not None and plugin.zero_stage == 2):
+        return False
+    vision = _named_child(getattr(model, "model", model), _VISION_NAMES)
+    return vision is not None and any(p.requires_grad for p in vision.parameters())
+
+
 def maybe_align_vision_tower(trainer, model: torch.nn.Module) -> VisionTowerAlignment | None:
-    """`VisionTowerAlignment` on `model` when the trainer shards weights and the model has a vision tower; else
-    nothing (no hook, no cost)."""
-    if not weights_are_sharded(trainer) or not hasattr(trainer.processing_class, "image_processor"):
+    """`VisionTowerAlignment` on `model` when the trainer shards weights (or reduces a trainable tower's gradients by
+    bucket, ZeRO-2) and the model has a vision tower; else nothing (no hook, no cost)."""
+    if not hasattr(trainer.processing_class, "image_processor"):
+        return None
+    if not (weights_are_sharded(trainer) or gradients_reduce_by_bucket(trainer, model)):
         return None
     try:
         return VisionTowerAlignment.for_model(model, trainer.processing_class)
@@ -231,3 +250,57 @@ def maybe_align_vision_tower(trainer, model: torch.nn.Module) -> VisionTowerAlig
         # A layout we cannot align: batches whose processes all have images (or none) still run
         logger.warning("%s Processes whose micro-batches disagree about images may hang.", error)
         return None
+
+
+class FusedHeadUnshard:
+    """FSDP2 with a vision-language model: the LM head's gradient must go through FSDP's reduce-scatter.
+
+    accelerate (1.15) shards the output embedding as its own group, with the final norm when `_find_final_norm`
+    finds one among the base model's direct children. A vision-language model keeps its final norm inside the
+    language model, so the head is a group alone, unsharded only when the head's own forward runs. TRL's fused LM
+    head (every training forward) never calls it: it reads `lm_head.weight` and, where that is still a sharded
+    DTensor, gathers it with `full_tensor()`, whose backward puts each process's own, unreduced gradient slice
+    straight into the sharded gradient. The head then trains on each process's own data (vLLM rollouts: every
+    micro-batch; transformers rollouts: every micro-batch after a gradient-accumulation window's first, whose head
+    the rollout's decode steps left unsharded).
+
+    A pre-hook on the backbone (inside the root's forward, after FSDP's root set-up) runs the head's forward on an
+    empty input where that group is still sharded: FSDP unshards it the regular way (kept unsharded until the
+    backward, `reshard_after_forward=False`), the fused head reads a plain tensor, and the backward reduce-scatters
+    its gradient like every other parameter's. It does nothing once accelerate groups the head with a module that
+    runs inside the backbone's forward, or when the head is already unsharded.
+    """
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.backbone = getattr(model, getattr(model, "base_model_prefix", ""), None)
+        self.unshards = 0  # forwards where the head was unsharded here (tests read it)
+        self._handle = self.backbone.register_forward_pre_hook(self._unshard)
+
+    def _unshard(self, module, args):
+        from torch.distributed.fsdp import FSDPModule
+        from torch.distributed.tensor import DTensor
+
+        head = self.model.get_output_embeddings()
+        if not (isinstance(head, FSDPModule) and isinstance(head.weight, DTensor)):
+            return None
+        if len(head._get_fsdp_state()._modules) > 1:  # grouped with a module the backbone runs: unsharded there
+            return None
+        weight = head.weight
+        head(torch.empty(0, weight.shape[-1], dtype=weight.dtype, device=weight.device))
+        self.unshards += 1
+        return None
+
+    def remove(self) -> None:
+        self._handle.remove()
+
+
+def maybe_unshard_fused_head(trainer, model: torch.nn.Module) -> FusedHeadUnshard | None:
+    """`FusedHeadUnshard` on `model` under FSDP2 (see its doc); else nothing."""
+    plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
+    if not getattr(trainer, "is_fsdp_enabled", False) or getattr(plugin, "fsdp_version", 1) != 2:
+        return None
+    backbone = getattr(model, getattr(model, "base_model_prefix", ""), None)
+    if not isinstance(backbone, torch.nn.Module) or model.get_output_embeddings() is None:
+        return None
+    return FusedHeadUnshard(model)

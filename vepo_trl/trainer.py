@@ -36,7 +36,7 @@ from .perturbed_pass import PerturbedPass, check_lm_head, check_vision_support
 from .run_folder import foreign_card
 from .scoring import TOKEN_COUNT_NORMALISED_LOSSES, get_strategy
 from .selection_pipeline import COUNT_SCALE_KEY, SELECTION_KEY, SelectionPipeline, SelectionSamplesFile
-from .sharding import maybe_align_vision_tower
+from .sharding import maybe_align_vision_tower, maybe_unshard_fused_head
 from .vllm_prompts import UnexpandedVLLMPrompts, check_vllm_version
 
 
@@ -110,6 +110,8 @@ class VEPOTrainer(RestoresCheckpointWeights, UnexpandedVLLMPrompts, GRPOTrainer)
         # reference model): text-only micro-batches would otherwise skip its parameter gathers
         models = [m for m in (self.model, getattr(self, "ref_model", None)) if m is not None]
         self.vision_alignment = [maybe_align_vision_tower(self, self.perturbed_pass.base_model(m)) for m in models]
+        # FSDP2: the LM head's gradient through FSDP's reduce-scatter, not TRL's fused head's DTensor gather
+        self.head_unshard = maybe_unshard_fused_head(self, self.model)
 
     @property
     def num_perturbed_completions(self) -> int:

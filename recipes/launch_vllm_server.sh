@@ -8,6 +8,10 @@
 # Batch arithmetic (recipes/README.md): 1536 completions per optimiser step, 6144 per rollout batch, 8 per GPU per
 # micro-batch, G training GPUs: gradient_accumulation_steps = 1536 / (8 x G), steps_per_generation = 4 x that.
 #   VLLM_GPUS=2 -> G = 6: 32 / 128      VLLM_GPUS=4 -> G = 4: 48 / 192      VLLM_GPUS=1 -> G = 7: does not divide
+#
+# The server runs tensor parallel over its VLLM_GPUS GPUs (2 and 4 divide the attention and key-value heads of
+# Qwen2.5-VL-3B and -7B); TRL 1.16's `trl vllm-serve` refuses data parallelism for dense models (vLLM PR #30739).
+# Training waits up to VLLM_SERVER_TIMEOUT seconds (default 900; TRL's 240 is short for a 7B server's start).
 set -euo pipefail
 
 MODEL=${1:?model folder under recipes/, e.g. Qwen2.5-VL-7B-Instruct}
@@ -42,11 +46,12 @@ run() {
 }
 
 run env CUDA_VISIBLE_DEVICES="$VLLM_DEVICES" trl vllm-serve --model "$SERVED_MODEL" \
-    --data_parallel_size "$VLLM_GPUS" --port 8000 &
+    --tensor_parallel_size "$VLLM_GPUS" --port 8000 &
 run env CUDA_VISIBLE_DEVICES="$TRAIN_DEVICES" accelerate launch \
     --config_file "recipes/accelerate_configs/$ACCELERATE.yaml" --num_processes "$TRAIN_GPUS" \
     vepo_trl/train.py --config "recipes/$MODEL/$RECIPE.yaml" \
     --per_device_train_batch_size 8 --gradient_accumulation_steps "$ACCUMULATION" \
     --steps_per_generation $((4 * ACCUMULATION)) \
-    --use_vllm true --vllm_mode server --vllm_server_host 127.0.0.1 --vllm_server_port 8000 "$@"
+    --use_vllm true --vllm_mode server --vllm_server_host 127.0.0.1 --vllm_server_port 8000 \
+    --vllm_server_timeout "${VLLM_SERVER_TIMEOUT:-900}" "$@"
 wait

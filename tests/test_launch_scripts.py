@@ -77,7 +77,23 @@ def test_slurm_with_a_vllm_node():
     launch, training_args = training_run(train, node=1)
     assert (launch.num_machines, launch.num_processes, launch.machine_rank) == (2, 16, 1)
     assert training_args.vllm_mode == "server" and training_args.vllm_server_host == "node2"
+    assert training_args.vllm_server_timeout == 900
+    assert serve[serve.index("--tensor_parallel_size") + 1] == "4" and "--data_parallel_size" not in serve
     check_batches(training_args, 16)
+
+
+def test_slurm_extra_flags_keep_their_quoting():
+    # Extra flags go through srun's `bash -c` on every node: spaces and quotes must arrive as given
+    result, commands = dry_run(
+        SLURM, "Qwen2.5-VL-7B-Instruct", "vepo/config_paper", "zero2", "--run_name", "paper run", "--output_dir",
+        "data/it's here", SLURM_JOB_NUM_NODES=2,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (srun,) = commands
+    _, training_args = training_run(srun, node=1)
+    assert (training_args.run_name, training_args.output_dir) == ("paper run", "data/it's here")
+    # SLURM opens logs/ before the script runs: the usage says to create it
+    assert "mkdir -p logs" in SLURM.read_text()
 
 
 def test_slurm_refuses_what_cannot_keep_the_paper_batch():
@@ -100,10 +116,12 @@ def test_vllm_server_launch_on_one_node(vllm_gpus, train_gpus):
     devices = {c[1].split("=")[0]: c[1].split("=")[1] for c in (serve, train)}
     assert serve[1] == "CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(train_gpus, 8))
     assert train[1] == "CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(train_gpus)), devices
-    assert serve[serve.index("--data_parallel_size") + 1] == str(vllm_gpus)
+    # Tensor parallel: TRL's vllm-serve refuses data parallelism for dense models
+    assert serve[serve.index("--tensor_parallel_size") + 1] == str(vllm_gpus) and "--data_parallel_size" not in serve
     launch, training_args = training_run(train)
     assert launch.num_processes == train_gpus
     assert training_args.vllm_mode == "server" and training_args.output_dir == "data/x"
+    assert training_args.vllm_server_timeout == 900  # TRL's 240 s is short for a 7B server's start
     check_batches(training_args, train_gpus)
 
 

@@ -444,6 +444,8 @@ def test_readme_command(command, capsys):
             args = launch_command_parser().parse_args(launch[2:])
             with world_size(args.num_processes):
                 check_training_args(args.training_script_args, args.num_processes)
+    elif tokens == ["mkdir", "-p", "logs"]:  # the folder train.slurm's #SBATCH --output writes into
+        assert "#SBATCH --output=logs/" in (RECIPES / "slurm" / "train.slurm").read_text()
     else:
         pytest.fail(f"recipes/README.md shows a command this test does not check: {command}")
 

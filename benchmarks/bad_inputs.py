@@ -78,41 +78,48 @@ CLI_CASES: list[list[str]] = [
     ["trian"],
 ]
 
-# One invalid value per field of the config's value table (`TRAINING_VALUE_RULES`), and a model family with no adapter
-TABLE_CASES: list[list[str]] = [
-    [*TRAIN, "--max_completion_length", "0"],
-    [*TRAIN, "--per_device_train_batch_size", "0"],
-    [*TRAIN, "--per_device_eval_batch_size", "-1"],
-    [*TRAIN, "--gradient_accumulation_steps", "0"],
-    [*TRAIN, "--num_generations", "1"],
-    [*TRAIN, "--num_generations_eval", "0"],
-    [*TRAIN, "--steps_per_generation", "0"],
-    [*TRAIN, "--generation_batch_size", "-8"],
-    [*TRAIN, "--num_iterations", "0"],
-    [*TRAIN, "--max_steps", "0"],
-    [*TRAIN, "--logging_steps", "-1"],
-    [*TRAIN, "--save_steps", "0"],
-    [*TRAIN, "--eval_steps", "0"],
-    [*TRAIN, "--num_train_epochs", "0"],
-    [*TRAIN, "--learning_rate", "nan"],
-    [*TRAIN, "--weight_decay", "-0.1"],
-    [*TRAIN, "--warmup_steps", "-5"],
-    [*TRAIN, "--max_grad_norm", "-1"],
-    [*TRAIN, "--adam_beta1", "1"],
-    [*TRAIN, "--adam_beta2", "1.5"],
-    [*TRAIN, "--adam_epsilon", "0"],
-    [*TRAIN, "--temperature", "inf"],
-    [*TRAIN, "--top_p", "0"],
-    [*TRAIN, "--top_k", "-1"],
-    [*TRAIN, "--min_p", "2"],
-    [*TRAIN, "--repetition_penalty", "0"],
-    [*TRAIN, "--beta", "-0.1"],
-    [*TRAIN, "--epsilon", "0"],
-    [*TRAIN, "--epsilon_high", "-1"],
-    [*TRAIN, "--seed", "-3"],
-    ["demo", "--per_device_train_batch_size", "0"],
-    [*TRAIN, "--model_name_or_path", "llava15"],
-]
+
+# One invalid value per field of the value table (`vepo_trl.validation`: every rule of VEPOConfig, the script's and
+# ModelConfig's fields), then the model folders VEPO refuses before their weights load
+def table_cases() -> list[list[str]]:
+    from trl import ModelConfig
+
+    from vepo_trl.config import VEPOConfig
+    from vepo_trl.train import VEPOScriptArguments
+    from vepo_trl.validation import rules_for
+
+    cases = []
+    for name, rule in sorted(rules_for(VEPOConfig, VEPOScriptArguments, ModelConfig).items()):
+        cases.append([*TRAIN, f"--{name}", *_invalid(rule)])
+    return cases + [
+        ["demo", "--per_device_train_batch_size", "0"],
+        [*TRAIN, "--model_name_or_path", "llava15"],
+        [*TRAIN, "--model_name_or_path", "no_processor"],
+        [*TRAIN, "--model_name_or_path", "adapter_only"],
+        [*TRAIN, "--reward_weights", "nan", "nan", "nan"],
+        [*TRAIN, "--reward_weights", "0.5", "0.5"],
+        [*TRAIN, "--generation_batch_size", "7", "--steps_per_generation", "None"],
+        [*TRAIN, "--dtype", "float64x"],
+        [*TRAIN, "--learning_rate", "abc"],
+        [*TRAIN, "--noise_step", ""],
+    ]
+
+
+def _invalid(rule) -> list[str]:
+    """One value the rule refuses: out of its range where it has one, else of the wrong kind."""
+    if rule.kind in ("choice", "choice_or_bool"):
+        return ["no-such-choice"]
+    if rule.kind == "bool":
+        return ["maybe"]
+    if rule.kind == "file":
+        return ["nowhere.json"]
+    if rule.kind == "numbers":
+        return ["nan"]
+    for value in (0, -1, 2**33, 0.5):
+        if rule.test is not None and not rule.test(value) and not (rule.kind == "whole" and value == 0.5):
+            return [str(value)]
+    return ["1.5" if rule.kind == "whole" else "nan"]
+
 
 API_CASES: list[tuple[str, str]] = [
     (
@@ -173,11 +180,17 @@ def make_scratch(folder: Path) -> None:
             (folder / name / "vepo_run.json").write_text(json.dumps({"settings": record}))
     (folder / "keep").mkdir()
     (folder / "keep" / "summary.md").write_text("a good run\n")
-    # A LLaVA-1.5 folder (config.json only): VEPO has no adapter for its family
+    # A LLaVA-1.5 folder (config.json and a processor config): VEPO has no adapter for its family
     (folder / "llava15").mkdir()
     (folder / "llava15" / "config.json").write_text(
         json.dumps({"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"]})
     )
+    (folder / "llava15" / "processor_config.json").write_text("{}")
+    # A model folder saved without its processor, and an adapter folder without one
+    (folder / "no_processor").mkdir()
+    (folder / "no_processor" / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
+    (folder / "adapter_only").mkdir()
+    (folder / "adapter_only" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "x"}))
     (folder / "other_lab" / "runs").mkdir(parents=True)
     (folder / "other_lab" / "warm_start.json").write_text("{}")
     (folder / "other_lab" / "vepo_lab.json").write_text(json.dumps({"settings": {"steps": 50}}))
@@ -201,7 +214,7 @@ def main() -> None:
         env["VEPO_TRL_CACHE"] = env.get("VEPO_TRL_CACHE") or str(folder / "cache")
         env["HF_DATASETS_CACHE"] = str(folder / "datasets-cache")
         cases = [(f"vepo-trl {' '.join(repr(a) if not a or ' ' in a else a for a in c)}", [sys.executable, "-m",
-                  "vepo_trl", *c]) for c in CLI_CASES + TABLE_CASES]  # fmt: skip
+                  "vepo_trl", *c]) for c in CLI_CASES + table_cases()]  # fmt: skip
         # The API raises: the row shows the exception's own message (its lines), printed by a wrapper exiting 2
         wrap = "import sys\ntry:\n    {}\nexcept ValueError as e:\n    print(f'{{type(e).__name__}}: {{e}}', file=sys.stderr)\n    sys.exit(2)"
         cases += [(f"API: {label}", [sys.executable, "-c", wrap.format(code)]) for label, code in API_CASES]
@@ -213,6 +226,13 @@ def main() -> None:
             shown = label.replace(str(REPO) + os.sep, "")
             rows.append((shown, code, len(lines), seconds, traceback, lines[-1] if lines else ""))
             print(f"{code:>3} {len(lines):>3} {seconds:5.1f}s {'TB ' if traceback else ''}{shown}", flush=True)
+    seconds = sorted(row[3] for row in rows)
+    one_line = sum(1 for row in rows if row[1] == 2 and row[2] == 1)
+    print(
+        f"\n{len(rows)} cases: {sum(row[1] == 2 for row in rows)} exit 2, {one_line} one stderr line, "
+        f"{sum(row[4] for row in rows)} tracebacks, median {seconds[len(seconds) // 2] if seconds else 0:.1f} s to "
+        f"fail, max {seconds[-1] if seconds else 0:.1f} s"
+    )
     print("\n| input | exit | stderr lines | seconds | last stderr line |\n|---|---|---|---|---|")
     for label, code, count, seconds, traceback, last in rows:
         last = last.replace("|", "\\|")[:140]

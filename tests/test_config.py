@@ -81,17 +81,17 @@ def test_command_line_and_yaml(tmp_path):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"selection_strategy": "vepoo"}, "Unknown selection_strategy 'vepoo'. Choose one of: "),
-        ({"selection_ratio": 0.0}, r"selection_ratio .* must be in \(0, 1\], got 0.0"),
-        ({"selection_ratio": 1.5}, r"must be in \(0, 1\], got 1.5"),
-        ({"selection_alpha": -0.1}, r"selection_alpha must be in \[0, 1\]"),
-        ({"perturbation": "blur"}, "Unknown perturbation 'blur'. Choose one of: "),
-        ({"noise_step": 1000}, r"noise_step is a diffusion step in \[0, 999\]"),
-        ({"noise_sigma": -1.0}, "noise_sigma must be non-negative"),
-        ({"patch_probability": 1.2}, r"patch_probability must be in \[0, 1\]"),
-        ({"noise_annealing": True, "noise_annealing_coefficient": 0.0}, "must be positive"),
-        ({"scoring_tile_size": 0}, "scoring_tile_size must be a positive number of tokens"),
-        ({"rollout_cache_gb": -1}, "rollout_cache_gb must be a number of GB >= 0"),
+        ({"selection_strategy": "vepoo"}, "--selection_strategy 'vepoo': must be a selection strategy \\(one of "),
+        ({"selection_ratio": 0.0}, r"--selection_ratio 0.0: must be in \(0, 1\]: k, the fraction"),
+        ({"selection_ratio": 1.5}, r"--selection_ratio 1.5: must be in \(0, 1\]"),
+        ({"selection_alpha": -0.1}, r"--selection_alpha -0.1: must be in \[0, 1\]"),
+        ({"perturbation": "blur"}, "--perturbation 'blur': must be a perturbation \\(one of "),
+        ({"noise_step": 1000}, "--noise_step 1000: must be a whole diffusion step in 0..999"),
+        ({"noise_sigma": -1.0}, "--noise_sigma -1.0: must be >= 0"),
+        ({"patch_probability": 1.2}, r"--patch_probability 1.2: must be in \[0, 1\]"),
+        ({"noise_annealing": True, "noise_annealing_coefficient": 0.0}, "must be above 0"),
+        ({"scoring_tile_size": 0}, "--scoring_tile_size 0: must be a whole number of tokens >= 1"),
+        ({"rollout_cache_gb": -1}, "--rollout_cache_gb -1: must be a number of GB >= 0"),
         ({"top_entropy_quantile": 0.2}, "selection_strategy='entropy'"),
     ],
 )
@@ -118,12 +118,12 @@ def test_top_entropy_quantile_allowed_with_full(tmp_path):
     ("key", "value", "message"),
     [
         # YAML hands these through unconverted: each used to pass and crash at the first step
-        ("noise_step", "500.7", "noise_step must be a whole number, got 500.7"),
-        ("scoring_tile_size", "64.9", "scoring_tile_size must be a whole number, got 64.9"),
-        ("noise_annealing_coefficient", ".nan", "noise_annealing_coefficient must be a finite number"),
-        ("noise_annealing_coefficient", ".inf", "noise_annealing_coefficient must be a finite number"),
+        ("noise_step", "500.7", "--noise_step 500.7: must be a whole diffusion step"),
+        ("scoring_tile_size", "64.9", "--scoring_tile_size 64.9: must be a whole number"),
+        ("noise_annealing_coefficient", ".nan", "--noise_annealing_coefficient nan: must be above 0"),
+        ("noise_annealing_coefficient", ".inf", "--noise_annealing_coefficient inf: must be above 0"),
         # A NaN sigma made every perturbed image NaN, and every selection the first k tokens
-        ("noise_sigma", ".nan", "noise_sigma must be a finite number"),
+        ("noise_sigma", ".nan", "--noise_sigma nan: must be >= 0"),
     ],
 )
 def test_yaml_values_of_the_wrong_kind_are_rejected(tmp_path, key, value, message):

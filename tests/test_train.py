@@ -158,12 +158,15 @@ def test_train_help_lists_config_and_vepo_options_first(capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--selection_ratio", "2"], "selection_ratio is k"),
+        (["--selection_ratio", "2"], "k, the fraction of tokens kept per response"),
         (["--model_name_or_path", "/missing"], "model_name_or_path '/missing': no such model folder"),
         (["--reward_funcs", "accuracy", "bogus"], "Unknown reward function(s) ['bogus']"),
-        (["--reward_funcs", "accuracy", "--reward_weights", "0.9", "0.1"], "reward_weights has 2 entries for 1"),
+        (
+            ["--reward_funcs", "accuracy", "--reward_weights", "0.9", "0.1"],
+            "one weight per reward function, and --reward_funcs has 1",
+        ),
         (["--dataset_name", "/nowhere/data.jsonl"], "dataset_name '/nowhere/data.jsonl': no such data set or file"),
-        (["--noise_step", "500.5"], "invalid int value: '500.5'"),
+        (["--noise_step", "500.5"], "--noise_step 500.5: must be a whole diffusion step"),
         (["--config", "/nowhere.yaml"], "--config /nowhere.yaml: no such file"),
     ],
 )

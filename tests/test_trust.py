@@ -203,14 +203,14 @@ def test_strict_data_error_names_the_flag(tmp_path, monkeypatch, capsys, nothing
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--temperature", "0"], "--temperature 0.0: must be above 0"),
-        (["--synthetic_rows", "0"], "synthetic_rows must be at least 1"),
-        (["--max_train_samples", "0"], "max_train_samples must be at least 1"),
-        (["--min_pixels", "60000", "--max_pixels", "50000"], "need 0 < min_pixels <= max_pixels"),
-        (["--learning_rate", "-1"], "--learning_rate -1.0: must be above 0"),
+        (["--temperature", "0"], "--temperature 0: must be above 0"),
+        (["--synthetic_rows", "0"], "--synthetic_rows 0: must be a whole number >= 1"),
+        (["--max_train_samples", "0"], "--max_train_samples 0: must be a whole number >= 1"),
+        (["--min_pixels", "60000", "--max_pixels", "50000"], "need min_pixels <= max_pixels"),
+        (["--learning_rate", "-1"], "--learning_rate -1: must be above 0"),
         (["--output_dir", ""], "output_dir is empty"),
         (["--output_dir", "FILE/run"], "is a file"),
-        (["--noise_step", "500.5"], "invalid int value: '500.5'"),  # argparse's own error, without its usage line
+        (["--noise_step", "500.5"], "--noise_step 500.5: must be a whole diffusion step"),
         (["--config", "BROKEN"], "is not valid YAML at line 2"),
         (["--model_name_or_path", "Qwen/Qwen2.5-VL-3B-Instruct"], "not in the local Hugging Face cache"),
         (["--dataset_name", "geometry3k"], "hiyouga/geometry3k from the Hub, which is not in the local cache"),

@@ -39,8 +39,8 @@ def _fail(command: str, message: str):
     fail(f"vepo-trl {command}", message)
 
 
-def _read_recipe(command: str, path: str) -> None:
-    """A recipe that is valid YAML and a mapping of keys, else one line naming the line that is wrong."""
+def _read_recipe(command: str, path: str) -> dict | None:
+    """A recipe that is valid YAML and a mapping of keys (returned), else one line naming the line that is wrong."""
     import yaml
 
     try:
@@ -54,6 +54,7 @@ def _read_recipe(command: str, path: str) -> None:
         _fail(command, f"--config {path} cannot be read ({type(error).__name__}: {error}).")
     if recipe is not None and not isinstance(recipe, dict):
         _fail(command, f"--config {path} is not a mapping of recipe keys (key: value lines).")
+    return recipe
 
 
 def _vepo_options() -> list[tuple[str, str, str]]:
@@ -118,12 +119,22 @@ def _parse(command: str, argv: list[str]):
             _fail(command, "--config needs a recipe file (e.g. recipes/tiny/config_vepo.yaml).")
         if not Path(argv[index + 1]).is_file():
             _fail(command, f"--config {argv[index + 1]}: no such file.")
-        _read_recipe(command, argv[index + 1])
+        recipe = _read_recipe(command, argv[index + 1])
+    else:
+        recipe = None
     if any(arg in ("-h", "--help") for arg in argv):
         _print_short_help(command)
         sys.exit(0)
+    # The values the recipe and the command line give, against their rules, before torch and TRL are even imported
+    from .validation import early_rules, precheck
+
+    try:
+        precheck(argv, recipe, early_rules())
+    except ValueError as error:
+        _fail(command, str(error))
     from .train import check_arguments, make_parser
 
+    _save_field_rules()  # before the parser rewrites the dataclasses' field types in place
     parser = make_parser()
     parser.prog = f"vepo-trl {command}"
     # argparse's own errors print the usage line first: TRL's is over a thousand flags long
@@ -142,6 +153,17 @@ def _parse(command: str, argv: list[str]):
     except (ValueError, TypeError) as error:
         _fail(command, " ".join(str(error).split()))
     return args
+
+
+def _save_field_rules() -> None:
+    """The type-derived rules for the next command's early check (`validation.early_rules`)."""
+    from trl import ModelConfig
+
+    from .config import VEPOConfig
+    from .train import VEPOScriptArguments
+    from .validation import rules_for, save_type_rules
+
+    save_type_rules(rules_for(VEPOConfig, VEPOScriptArguments, ModelConfig))
 
 
 def _run(command: str, args) -> object:

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import math
-import numbers
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from .perturb import PERTURBATIONS
-from .scoring import SELECTION_STRATEGIES, SUPPORTED_LOSS_TYPES
+from .validation import check_object, rules_for
 
 
 @dataclass
@@ -208,55 +204,13 @@ class VEPOConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        # Types first: YAML and Python callers bypass argparse's conversion, so `noise_step: 500.7` arrives as a float
-        self.noise_step = _whole_number("noise_step", self.noise_step)
-        self.noise_annealing_midpoint = _whole_number("noise_annealing_midpoint", self.noise_annealing_midpoint)
-        if self.scoring_tile_size is not None:  # unset: chosen from the device's free memory
-            self.scoring_tile_size = _whole_number("scoring_tile_size", self.scoring_tile_size)
-        if self.perturbation_seed is not None:
-            self.perturbation_seed = _whole_number("perturbation_seed", self.perturbation_seed)
-        for name in (
-            "selection_ratio",
-            "selection_alpha",
-            "noise_annealing_coefficient",
-            "noise_sigma",
-            "patch_probability",
-        ):
-            setattr(self, name, _finite_number(name, getattr(self, name)))
-        check_training_values(self)  # before TRL's own checks, some of which divide by these
+        # Every value against its rule (`vepo_trl.validation`), before TRL's own checks, some of which divide by these.
+        # YAML and Python callers bypass argparse's conversion: `noise_step: 500.0` is stored as 500, 500.7 refused
+        check_object(self, _rules())
         if self.bf16 is None:
             # GRPOConfig would turn an unset bf16 into True, which TrainingArguments then rejects on a CPU
             self.bf16 = not self.fp16 and not self.use_cpu and _hardware_supports_bf16()
         super().__post_init__()
-        if self.selection_strategy not in SELECTION_STRATEGIES:
-            raise ValueError(
-                f"Unknown selection_strategy {self.selection_strategy!r}. "
-                f"Choose one of: {', '.join(sorted(SELECTION_STRATEGIES))}."
-            )
-        if not 0.0 < self.selection_ratio <= 1.0:
-            raise ValueError(
-                f"selection_ratio is k, the fraction of tokens kept per response; it must be in (0, 1], got "
-                f"{self.selection_ratio}. The paper uses 0.2."
-            )
-        if not 0.0 <= self.selection_alpha <= 1.0:
-            raise ValueError(f"selection_alpha must be in [0, 1], got {self.selection_alpha}. The paper uses 0.7.")
-        if self.perturbation not in PERTURBATIONS:
-            raise ValueError(
-                f"Unknown perturbation {self.perturbation!r}. Choose one of: {', '.join(sorted(PERTURBATIONS))}."
-            )
-        if not 0 <= self.noise_step <= 999:
-            raise ValueError(f"noise_step is a diffusion step in [0, 999], got {self.noise_step}. The paper uses 500.")
-        if self.noise_sigma < 0:
-            raise ValueError(f"noise_sigma must be non-negative, got {self.noise_sigma}.")
-        if not 0.0 <= self.patch_probability <= 1.0:
-            raise ValueError(f"patch_probability must be in [0, 1], got {self.patch_probability}.")
-        if self.noise_annealing and self.noise_annealing_coefficient <= 0:
-            raise ValueError(f"noise_annealing_coefficient must be positive, got {self.noise_annealing_coefficient}.")
-        if self.selection_mode not in ("mask", "weight"):
-            raise ValueError(f"selection_mode must be 'mask' or 'weight', got {self.selection_mode!r}.")
-        self.selection_weight = _finite_number("selection_weight", self.selection_weight)
-        if self.selection_weight < 0:
-            raise ValueError(f"selection_weight must be a non-negative number, got {self.selection_weight}.")
         if self.importance_sampling_level == "sequence" and self.selection_strategy != "full":
             raise ValueError(
                 "importance_sampling_level='sequence' (GSPO) uses one ratio per response, averaged over all its "
@@ -268,29 +222,11 @@ class VEPOConfig(GRPOConfig):
             raise ValueError(
                 "selection_mode='weight' and top_entropy_quantile < 1 both weight the policy-gradient term; use one."
             )
-        if self.entropy_scope not in ("all", "selected"):
-            raise ValueError(f"entropy_scope must be 'all' or 'selected', got {self.entropy_scope!r}.")
-        if self.loss_type not in SUPPORTED_LOSS_TYPES:
-            raise ValueError(
-                f"loss_type={self.loss_type!r} has no selected-token (L_VEPO) form in vepo_trl; use one of "
-                f"{', '.join(SUPPORTED_LOSS_TYPES)}."
-            )
         if self.use_adaptive_entropy and self.selection_strategy != "full":
             raise ValueError(
                 "use_adaptive_entropy is not supported with token selection: its controller would see TRL's masked "
                 "entropy, not VEPO's entropy_scope. Use a fixed entropy_coef, or selection_strategy='full'."
             )
-        self.selection_samples_steps = _whole_number("selection_samples_steps", self.selection_samples_steps)
-        self.selection_samples_count = _whole_number("selection_samples_count", self.selection_samples_count)
-        if self.selection_samples_steps < 0 or self.selection_samples_count < 1:
-            raise ValueError(
-                f"selection_samples_steps must be >= 0 and selection_samples_count >= 1, got "
-                f"{self.selection_samples_steps} and {self.selection_samples_count}."
-            )
-        if not (isinstance(self.rollout_cache_gb, numbers.Real) and self.rollout_cache_gb >= 0):
-            raise ValueError(f"rollout_cache_gb must be a number of GB >= 0, got {self.rollout_cache_gb!r}.")
-        if self.scoring_tile_size is not None and self.scoring_tile_size < 1:
-            raise ValueError(f"scoring_tile_size must be a positive number of tokens, got {self.scoring_tile_size}.")
         if self.top_entropy_quantile < 1.0 and self.selection_strategy != "full":
             raise ValueError(
                 f"top_entropy_quantile={self.top_entropy_quantile} is GRPO's own batch-wide entropy filter and would "
@@ -301,88 +237,18 @@ class VEPOConfig(GRPOConfig):
             self.perturbation_seed = self.seed
 
 
-# The numbers `GRPOConfig` / `TrainingArguments` take that their own checks let through to a crash deep in a run
-# (a traceback after the model loaded: `max_completion_length 0`, `per_device_train_batch_size 0`, `num_generations 0`)
-# or to a run that silently does something else (`logging_steps -1`, `max_steps 0`). field -> (test, what is valid);
-# None passes where the field allows it. Checked before TRL's own `__post_init__`.
-def _at_least(low):
-    return lambda v: v >= low
+def _rules():
+    """Every VEPOConfig field's rule (`validation.rules_for`), built once."""
+    global _RULES
+    if _RULES is None:
+        _RULES = rules_for(VEPOConfig)
+    return _RULES
 
 
-def _in_range(low, high, *, low_open=False, high_open=False):
-    return lambda v: (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
-
-
-TRAINING_VALUE_RULES: dict[str, tuple[Callable, str, bool]] = {
-    # name: (test, valid values, whole number)
-    "per_device_train_batch_size": (_at_least(1), "a whole number >= 1", True),
-    "per_device_eval_batch_size": (_at_least(1), "a whole number >= 1", True),
-    "gradient_accumulation_steps": (_at_least(1), "a whole number >= 1", True),
-    "num_generations": (_at_least(2), "a whole number >= 2 (GRPO compares a prompt's completions)", True),
-    "num_generations_eval": (_at_least(1), "a whole number >= 1, or unset", True),
-    "max_completion_length": (_at_least(1), "a whole number >= 1 (new tokens per completion)", True),
-    "steps_per_generation": (_at_least(1), "a whole number >= 1, or unset", True),
-    "generation_batch_size": (_at_least(1), "a whole number >= 1, or unset", True),
-    "num_iterations": (_at_least(1), "a whole number >= 1", True),
-    "max_steps": (lambda v: v == -1 or v >= 1, "a whole number >= 1 (or -1: train num_train_epochs)", True),
-    "logging_steps": (lambda v: v > 0, "above 0 (a step count, or a fraction of the run below 1)", False),
-    "save_steps": (lambda v: v > 0, "above 0 (a step count, or a fraction of the run below 1)", False),
-    "eval_steps": (lambda v: v > 0, "above 0, or unset", False),
-    "num_train_epochs": (lambda v: v > 0, "above 0", False),
-    "learning_rate": (lambda v: v > 0, "above 0 (the paper: 1e-6)", False),
-    "weight_decay": (_at_least(0), ">= 0", False),
-    "warmup_steps": (_at_least(0), ">= 0", False),
-    "max_grad_norm": (_at_least(0), ">= 0", False),
-    "adam_beta1": (_in_range(0, 1, high_open=True), "in [0, 1)", False),
-    "adam_beta2": (_in_range(0, 1, high_open=True), "in [0, 1)", False),
-    "adam_epsilon": (lambda v: v > 0, "above 0", False),
-    "temperature": (lambda v: v > 0, "above 0: GRPO samples its completions at it (the paper: 1.0)", False),
-    "top_p": (_in_range(0, 1, low_open=True), "in (0, 1]", False),
-    "top_k": (_at_least(0), "a whole number >= 0 (0: off), or unset", True),
-    "min_p": (_in_range(0, 1), "in [0, 1], or unset", False),
-    "repetition_penalty": (lambda v: v > 0, "above 0 (1.0: off)", False),
-    "beta": (_at_least(0), ">= 0 (0: no reference model)", False),
-    "epsilon": (lambda v: v > 0, "above 0 (the clip range)", False),
-    "epsilon_high": (lambda v: v > 0, "above 0, or unset", False),
-    "seed": (_at_least(0), "a whole number >= 0", True),
-}
-
-
-def check_training_values(config) -> None:
-    """Each field of `TRAINING_VALUE_RULES` set on `config`: a clear `ValueError` naming the flag, the value and what
-    would be valid (the CLI prints it as one line before anything loads)."""
-    for name, (test, valid, whole) in TRAINING_VALUE_RULES.items():
-        value = getattr(config, name, None)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-            raise ValueError(f"--{name} {value!r}: must be {valid}.")
-        if whole and not float(value).is_integer():
-            raise ValueError(f"--{name} {value!r}: must be {valid}.")
-        if not test(value):
-            raise ValueError(f"--{name} {value!r}: must be {valid}.")
+_RULES = None
 
 
 def _hardware_supports_bf16() -> bool:
     import torch
 
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-
-
-def _whole_number(name: str, value) -> int:
-    """`value` as an int; a float is accepted only when it is a whole number (YAML's `500.0`)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a whole number, got {value!r} ({type(value).__name__}).")
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if not math.isfinite(value) or not float(value).is_integer():
-        raise ValueError(f"{name} must be a whole number, got {value!r}.")
-    return int(value)
-
-
-def _finite_number(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a number, got {value!r} ({type(value).__name__}).")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}.")
-    return float(value)

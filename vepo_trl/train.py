@@ -45,6 +45,7 @@ from vepo_trl.run_folder import (
     write_record,
 )
 from vepo_trl.trainer import VEPOTrainer
+from vepo_trl.validation import check_combinations, check_object, rules_for
 
 
 logger = logging.getLogger(__name__)
@@ -121,22 +122,22 @@ def check_output_dir(output_dir: str | None) -> None:
         )
 
 
-def _check_values(script_args, training_args) -> None:
-    """Values that pass the type checks but would fail deep inside a run, or make it do nothing."""
-    # The numbers TRL's config takes (temperature, learning_rate, batch sizes, ...) are checked once, when the config
-    # is built (`vepo_trl.config.TRAINING_VALUE_RULES`); these are the script's own
-    uses_generated = {script_args.dataset_name, script_args.eval_dataset_name} & {SYNTHETIC_DATASET, LAB_DATASET}
-    if uses_generated and script_args.synthetic_rows < 1:
-        raise UsageError(f"synthetic_rows must be at least 1, got {script_args.synthetic_rows}.")
-    for name in ("max_train_samples", "max_eval_samples"):
-        value = getattr(script_args, name)
-        if value is not None and value < 1:
-            raise UsageError(f"{name} must be at least 1 (or unset for every row), got {value}.")
-    if script_args.min_pixels < 1 or script_args.max_pixels < script_args.min_pixels:
-        raise UsageError(
-            f"need 0 < min_pixels <= max_pixels, got min_pixels {script_args.min_pixels} and max_pixels "
-            f"{script_args.max_pixels}."
+def _check_values(script_args, training_args, model_args) -> None:
+    """The script's and the model's values against their rules (`vepo_trl.validation`; VEPOConfig checks its own when
+    built), and the constraints that join the three."""
+    try:
+        check_object(script_args, rules_for(VEPOScriptArguments))
+        check_object(model_args, rules_for(ModelConfig))
+        check_combinations(
+            {
+                "reward_weights": training_args.reward_weights,
+                "reward_funcs": script_args.reward_funcs,
+                "min_pixels": script_args.min_pixels,
+                "max_pixels": script_args.max_pixels,
+            }
         )
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def _check_hub_dataset(field_name: str, name: str) -> None:
@@ -170,21 +171,15 @@ def check_arguments(script_args, training_args, model_args) -> None:
     """Everything that can be checked without loading anything: model, rewards, data names and values, the output
     folder, the Hub when a name needs it. Raises `UsageError`."""
     check_output_dir(training_args.output_dir)
-    _check_values(script_args, training_args)
-    if training_args.use_vllm:
-        from vepo_trl.vllm_prompts import check_vllm_version
-
-        check_vllm_version()
     try:
         get_reward_funcs(script_args.reward_funcs)
     except ValueError as error:
         raise UsageError(f"reward_funcs: {error}") from None
-    weights = training_args.reward_weights
-    if weights is not None and len(weights) != len(script_args.reward_funcs):
-        raise UsageError(
-            f"reward_weights has {len(weights)} entries for {len(script_args.reward_funcs)} reward_funcs "
-            f"{script_args.reward_funcs}: give one weight per reward."
-        )
+    _check_values(script_args, training_args, model_args)
+    if training_args.use_vllm:
+        from vepo_trl.vllm_prompts import check_vllm_version
+
+        check_vllm_version()
     for field_name in ("dataset_name", "eval_dataset_name"):
         name = getattr(script_args, field_name)
         if name is None or (field_name == "eval_dataset_name" and not name):
@@ -211,6 +206,7 @@ def _check_model_family(model_args, training_args) -> None:
 
     strategy = SELECTION_STRATEGIES.get(training_args.selection_strategy)
     name = model_args.model_name_or_path
+    _check_processor_files(name)
     if strategy is None or not strategy.needs_perturbed_pass or not name:
         return
     path = local_config_file(name, model_args.model_revision)  # None for a built-in name: it resolves later
@@ -226,6 +222,21 @@ def _check_model_family(model_args, training_args) -> None:
             f"selection_strategy {training_args.selection_strategy!r} perturbs the model's images. Supported families: "
             f"{', '.join(supported_families())}; or --selection_strategy entropy / full."
         )
+
+
+def _check_processor_files(name: str | None) -> None:
+    """A local model or adapter folder must hold its processor (the run loads it from there, after the weights)."""
+    path = Path(name).expanduser() if name else None
+    if path is None or not path.is_dir():
+        return
+    if any((path / file).is_file() for file in ("processor_config.json", "preprocessor_config.json")):
+        return
+    kind = "adapter folder" if (path / "adapter_config.json").is_file() else "model folder"
+    raise UsageError(
+        f"model_name_or_path {name}: the {kind} has no processor files (processor_config.json or "
+        "preprocessor_config.json): save the processor beside it (processor.save_pretrained(folder)), or give the "
+        "base model's folder or Hub id (with --use_peft true for a new adapter)."
+    )
 
 
 def is_known_dataset(name: str) -> bool:

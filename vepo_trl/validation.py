@@ -1,0 +1,504 @@
+"""What every value a run takes must be: one table for `VEPOConfig` (VEPO's own fields and the `GRPOConfig` /
+`TrainingArguments` ones), the training script's arguments and TRL's `ModelConfig`, plus the few constraints that
+join fields.
+
+The table is built from the dataclasses themselves where they say enough: every int / float field gets its type's
+check (a whole number, a finite number, `None` only where the field allows it) and every field whose metadata lists
+`choices` is checked against them. `RANGES` adds what the types do not carry (positive, a range, a port), written
+once. Each refusal is one `ValueError` naming the flag, the value and what would be valid; the CLI prints it as one
+line, exit 2.
+
+Light on purpose (no torch, TRL or transformers import at module level): the CLI checks the command line and the
+recipe against it before anything heavy is imported (`precheck`), and the dataclasses check their values again once
+built (`check_values`), so the Python API gets the same refusals.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one field's value must be. `kind`: "whole" (a whole number), "number" (a finite number), "numbers" (a
+    list of finite numbers), "choice", "bool", "file" (a path to an existing file; a mapping passes, as for an inline
+    DeepSpeed config). `test` takes the converted value; `valid` says in words what passes."""
+
+    kind: str
+    valid: str
+    test: Callable[[object], bool] | None = None
+    optional: bool = False
+    choices: Callable[[], Iterable[str]] | None = None
+
+
+def _at_least(low):
+    return lambda v: v >= low
+
+
+def _above(low):
+    return lambda v: v > low
+
+
+def _between(low, high, *, low_open=False, high_open=False):
+    return lambda v: (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
+
+
+def _whole(test, valid, optional=False) -> Rule:
+    return Rule("whole", valid, test, optional)
+
+
+def _number(test, valid, optional=False) -> Rule:
+    return Rule("number", valid, test, optional)
+
+
+def _names(*names, boolean=False) -> Rule:
+    """One of `names` (`boolean`: a YAML true / false passes too)."""
+    rule = Rule("choice", f"one of {', '.join(names)}", choices=lambda: names)
+    return dataclasses.replace(rule, kind="choice_or_bool") if boolean else rule
+
+
+_PORT = _whole(_between(1, 65535), "a port number in 1..65535")
+
+
+def _selection_strategies():
+    from .scoring import SELECTION_STRATEGIES
+
+    return SELECTION_STRATEGIES
+
+
+def _perturbations():
+    from .perturb import PERTURBATIONS
+
+    return PERTURBATIONS
+
+
+def _loss_types():
+    from .scoring import SUPPORTED_LOSS_TYPES
+
+    return SUPPORTED_LOSS_TYPES
+
+
+# The constraints the dataclasses' types do not carry. Whole-number rules refuse 1.5; number rules refuse NaN and
+# infinities; `optional` lets `None` (unset) through where the field has it.
+RANGES: dict[str, Rule] = {
+    # GRPOConfig / TrainingArguments: batch arithmetic and schedule
+    "per_device_train_batch_size": _whole(_at_least(1), "a whole number >= 1"),
+    "per_device_eval_batch_size": _whole(_at_least(1), "a whole number >= 1"),
+    "gradient_accumulation_steps": _whole(_at_least(1), "a whole number >= 1"),
+    "num_generations": _whole(_at_least(2), "a whole number >= 2 (GRPO compares a prompt's completions)"),
+    "num_generations_eval": _whole(_at_least(1), "a whole number >= 1, or unset", True),
+    "max_completion_length": _whole(_at_least(1), "a whole number >= 1 (new tokens per completion)"),
+    "steps_per_generation": _whole(_at_least(1), "a whole number >= 1, or unset", True),
+    "generation_batch_size": _whole(_at_least(1), "a whole number >= 1, or unset", True),
+    "num_iterations": _whole(_at_least(1), "a whole number >= 1"),
+    "max_steps": _whole(lambda v: v == -1 or v >= 1, "a whole number >= 1 (or -1: train num_train_epochs)"),
+    "logging_steps": _number(_above(0), "above 0 (a step count, or a fraction of the run below 1)"),
+    "save_steps": _number(_above(0), "above 0 (a step count, or a fraction of the run below 1)"),
+    "eval_steps": _number(_above(0), "above 0, or unset", True),
+    "eval_delay": _number(_at_least(0), ">= 0"),
+    "num_train_epochs": _number(_above(0), "above 0"),
+    "learning_rate": _number(_above(0), "above 0 (the paper: 1e-6)"),
+    "weight_decay": _number(_at_least(0), ">= 0"),
+    "warmup_steps": _number(_at_least(0), ">= 0 (steps, or a fraction of the run below 1)"),
+    "max_grad_norm": _number(_at_least(0), ">= 0 (0: no clipping)"),
+    "adam_beta1": _number(_between(0, 1, high_open=True), "in [0, 1)"),
+    "adam_beta2": _number(_between(0, 1, high_open=True), "in [0, 1)"),
+    "adam_epsilon": _number(_above(0), "above 0"),
+    "label_smoothing_factor": _number(_between(0, 1, high_open=True), "in [0, 1)"),
+    "neftune_noise_alpha": _number(_above(0), "above 0, or unset", True),
+    "seed": _whole(_between(0, 2**32 - 1), "a whole number in 0..2**32-1"),
+    "data_seed": _whole(_between(0, 2**32 - 1), "a whole number in 0..2**32-1, or unset", True),
+    "save_total_limit": _whole(_at_least(1), "a whole number >= 1 (checkpoints kept), or unset", True),
+    "torch_empty_cache_steps": _whole(_at_least(1), "a whole number >= 1, or unset", True),
+    "eval_accumulation_steps": _whole(_at_least(1), "a whole number >= 1, or unset", True),
+    "dataloader_num_workers": _whole(_at_least(0), "a whole number >= 0"),
+    "dataloader_prefetch_factor": _whole(_at_least(1), "a whole number >= 1, or unset", True),
+    "ddp_bucket_cap_mb": _whole(_at_least(1), "a whole number of MB >= 1, or unset", True),
+    "ddp_timeout": _whole(_at_least(1), "a whole number of seconds >= 1"),
+    "local_rank": _whole(_at_least(-1), "a whole number >= -1 (set by the launcher)"),
+    "num_completions_to_print": _whole(_at_least(1), "a whole number >= 1, or unset", True),
+    # GRPO's sampling and loss
+    "temperature": _number(_above(0), "above 0: GRPO samples its completions at it (the paper: 1.0)"),
+    "top_p": _number(_between(0, 1, low_open=True), "in (0, 1]"),
+    "top_k": _whole(_at_least(0), "a whole number >= 0 (0: off), or unset", True),
+    "min_p": _number(_between(0, 1), "in [0, 1], or unset", True),
+    "repetition_penalty": _number(_above(0), "above 0 (1.0: off)"),
+    "beta": _number(_at_least(0), ">= 0 (0: no reference model)"),
+    "epsilon": _number(_above(0), "above 0 (the clip range)"),
+    "epsilon_high": _number(_above(0), "above 0, or unset", True),
+    "delta": _number(_above(1), "above 1 (above 1 + epsilon recommended), or unset", True),
+    "reward_weights": Rule("numbers", "finite numbers, one per reward function", optional=True),
+    "top_entropy_quantile": _number(_between(0, 1, low_open=True), "in (0, 1]"),
+    "router_aux_loss_coef": _number(_at_least(0), ">= 0"),
+    "sapo_temperature_neg": _number(_above(0), "above 0"),
+    "sapo_temperature_pos": _number(_above(0), "above 0"),
+    "vespo_k_pos": _number(_at_least(0), ">= 0"),
+    "vespo_k_neg": _number(_at_least(0), ">= 0"),
+    "vespo_lambda_pos": _number(_at_least(0), ">= 0"),
+    "vespo_lambda_neg": _number(_at_least(0), ">= 0"),
+    "ref_model_mixup_alpha": _number(_between(0, 1), "in [0, 1]"),
+    "ref_model_sync_steps": _whole(_at_least(1), "a whole number >= 1"),
+    "entropy_coef": _number(_at_least(0), ">= 0"),
+    "entropy_coef_min": _number(_at_least(0), ">= 0"),
+    "entropy_coef_max": _number(_at_least(0), ">= 0"),
+    "entropy_coef_delta": _number(_at_least(0), ">= 0"),
+    "entropy_target": _number(_at_least(0), ">= 0 (nats)"),
+    "max_tool_calling_iterations": _whole(_at_least(1), "a whole number >= 1, or unset", True),
+    "off_policy_mask_threshold": _number(_above(0), "above 0, or unset", True),
+    # TRL's options that take one of a few names (from GRPOConfig's help)
+    "vllm_mode": _names("server", "colocate"),
+    "vllm_model_impl": _names("vllm", "transformers"),
+    "importance_sampling_level": _names("token", "sequence"),
+    "scale_rewards": _names("group", "batch", "none", "true", "false", boolean=True),
+    "multi_objective_aggregation": _names("sum_then_normalize", "normalize_then_sum"),
+    "vllm_importance_sampling_mode": _names("sequence_mask", "sequence_truncate", "token_mask", "token_truncate"),
+    # vLLM
+    "vllm_server_port": _PORT,
+    "vllm_group_port": _PORT,
+    "vllm_server_timeout": _number(_above(0), "above 0 seconds"),
+    "vllm_gpu_memory_utilization": _number(_between(0, 1, low_open=True), "in (0, 1]"),
+    "vllm_max_model_length": _whole(_at_least(1), "a whole number >= 1, or unset", True),
+    "vllm_tensor_parallel_size": _whole(_at_least(1), "a whole number >= 1"),
+    "vllm_importance_sampling_clip_max": _number(_above(0), "above 0, or unset", True),
+    "vllm_importance_sampling_clip_min": _number(_at_least(0), ">= 0, or unset", True),
+    "vllm_importance_sampling_cap": _number(_above(0), "above 0, or unset", True),
+    # VEPO's own (VEPOConfig)
+    "selection_strategy": Rule("choice", "a selection strategy", choices=_selection_strategies),
+    "perturbation": Rule("choice", "a perturbation", choices=_perturbations),
+    "loss_type": Rule("choice", "a loss type with a selected-token (L_VEPO) form", choices=_loss_types),
+    "selection_mode": Rule("choice", "mask or weight", choices=lambda: ("mask", "weight")),
+    "entropy_scope": Rule("choice", "all or selected", choices=lambda: ("all", "selected")),
+    "selection_ratio": _number(
+        _between(0, 1, low_open=True), "in (0, 1]: k, the fraction of tokens kept per response (the paper: 0.2)"
+    ),
+    "selection_alpha": _number(_between(0, 1), "in [0, 1] (the paper: 0.7)"),
+    "selection_weight": _number(_at_least(0), ">= 0"),
+    "selection_samples_steps": _whole(_at_least(0), "a whole number >= 0 (0: never)"),
+    "selection_samples_count": _whole(_at_least(1), "a whole number >= 1"),
+    "noise_step": _whole(_between(0, 999), "a whole diffusion step in 0..999 (the paper: 500)"),
+    "noise_annealing_coefficient": _number(_above(0), "above 0"),
+    "noise_annealing_midpoint": _whole(_at_least(0), "a whole number of steps >= 0"),
+    "noise_sigma": _number(_at_least(0), ">= 0"),
+    "patch_probability": _number(_between(0, 1), "in [0, 1]"),
+    "perturbation_seed": _whole(_between(0, 2**32 - 1), "a whole number in 0..2**32-1, or unset (the seed)", True),
+    "scoring_tile_size": _whole(_at_least(1), "a whole number of tokens >= 1, or unset", True),
+    "rollout_cache_gb": _number(_at_least(0), "a number of GB >= 0"),
+    # The training script's (VEPOScriptArguments)
+    "min_pixels": _whole(_at_least(1), "a whole number of pixels >= 1"),
+    "max_pixels": _whole(_at_least(1), "a whole number of pixels >= 1"),
+    "max_train_samples": _whole(_at_least(1), "a whole number >= 1, or unset for every row", True),
+    "max_eval_samples": _whole(_at_least(1), "a whole number >= 1, or unset for every row", True),
+    "synthetic_rows": _whole(_at_least(1), "a whole number >= 1"),
+    # Files a run reads (a DeepSpeed / FSDP config given by path)
+    "deepspeed": Rule("file", "a DeepSpeed JSON config file that exists", optional=True),
+    "fsdp_config": Rule("file", "an FSDP config file that exists", optional=True),
+    # TRL's ModelConfig (LoRA)
+    "lora_r": _whole(_at_least(1), "a whole number >= 1 (the adapter's rank)"),
+    "lora_alpha": _whole(_at_least(1), "a whole number >= 1"),
+    "lora_dropout": _number(_between(0, 1, high_open=True), "in [0, 1)"),
+}
+
+
+@dataclass(frozen=True)
+class Combination:
+    """A constraint between fields, checked where each of `fields` has a value."""
+
+    fields: tuple[str, ...]
+    test: Callable[..., bool]
+    message: Callable[..., str]
+    early: bool = True  # also checked on the raw command line and recipe (`precheck`)
+
+
+COMBINATIONS: list[Combination] = [
+    Combination(
+        ("min_pixels", "max_pixels"),
+        lambda low, high: low <= high,
+        lambda low, high: f"--min_pixels {low} --max_pixels {high}: need min_pixels <= max_pixels.",
+    ),
+    Combination(
+        ("generation_batch_size", "num_generations"),
+        lambda batch, group: batch % group == 0,
+        lambda batch, group: (
+            f"--generation_batch_size {batch}: must be a multiple of --num_generations {group} (whole groups of "
+            "completions per prompt)."
+        ),
+    ),
+    Combination(
+        ("entropy_coef_min", "entropy_coef_max"),
+        lambda low, high: low <= high,
+        lambda low, high: f"--entropy_coef_min {low} --entropy_coef_max {high}: need entropy_coef_min <= max.",
+    ),
+    Combination(
+        ("reward_weights", "reward_funcs"),
+        lambda weights, funcs: len(weights) == len(funcs),
+        lambda weights, funcs: (
+            f"--reward_weights {' '.join(str(w) for w in weights)}: one weight per reward function, and "
+            f"--reward_funcs has {len(funcs)} ({' '.join(funcs)})."
+        ),
+        early=False,  # after the reward names are known to exist (an unknown name is the first thing to say)
+    ),
+]
+
+
+def _allows_none(annotation) -> bool:
+    return any(part in str(annotation) for part in ("None", "Optional"))
+
+
+def _annotations(cls) -> dict:
+    """The fields' types as the classes declare them: transformers' argument parser rewrites `field.type` in place
+    (`float | None` becomes `float`), so they are read from the class annotations."""
+    import typing
+
+    hints = {}
+    for klass in reversed(cls.__mro__):
+        try:
+            hints.update(typing.get_type_hints(klass))
+        except Exception:  # an annotation that does not resolve: keep the raw ones
+            hints.update(getattr(klass, "__annotations__", {}))
+    return hints
+
+
+def _type_rule(field, annotation) -> Rule | None:
+    """A field's own rule from its dataclass: `choices` in its metadata, or its int / float type."""
+    choices = field.metadata.get("choices") if field.metadata else None
+    if choices:
+        names = tuple(choices)
+        return Rule("choice", f"one of {', '.join(map(str, names))}", choices=lambda: names, optional=True)
+    annotation = str(annotation)
+    optional = _allows_none(annotation)
+    if annotation.replace("typing.Optional[bool]", "bool").replace(" | None", "") in ("bool", "<class 'bool'>"):
+        return Rule("bool", "true or false" + (", or unset" if optional else ""), optional=optional)
+    if any(part in annotation for part in ("dict", "list", "str", "bool")):
+        return None
+    if "float" in annotation:
+        return _number(None, "a finite number" + (", or unset" if optional else ""), optional)
+    if "int" in annotation:
+        return _whole(None, "a whole number" + (", or unset" if optional else ""), optional)
+    return None
+
+
+def rules_for(*dataclass_types) -> dict[str, Rule]:
+    """The rule of every field of `dataclass_types` that has one: `RANGES` first, else its type's."""
+    rules = {}
+    for cls in dataclass_types:
+        annotations = _annotations(cls)
+        for field in dataclasses.fields(cls):
+            if not field.init:
+                continue
+            annotation = annotations.get(field.name, field.type)
+            rule = RANGES.get(field.name) or _type_rule(field, annotation)
+            if rule is None:
+                continue
+            # A field the dataclass lets be None (unset) keeps that, whatever RANGES says
+            if _allows_none(annotation) and not rule.optional:
+                rule = dataclasses.replace(rule, optional=True)
+            rules[field.name] = rule
+    return rules
+
+
+def _refuse(name, value, rule: Rule):
+    raise ValueError(f"--{name} {_show(value)}: must be {rule.valid}.")
+
+
+def _show(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return " ".join(_show(v) for v in value)
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def check_value(name: str, value, rule: Rule):
+    """`value` (already converted) against `rule`; returns it (a whole float such as YAML's 500.0 as an int)."""
+    if value is None:
+        if rule.optional or rule.kind == "numbers":
+            return None
+        _refuse(name, value, rule)
+    if rule.kind == "choice_or_bool" and isinstance(value, bool):
+        return value
+    if rule.kind in ("choice", "choice_or_bool"):
+        names = tuple(rule.choices())
+        if (value.lower() if isinstance(value, str) and rule.kind == "choice_or_bool" else value) not in names:
+            listed = "" if rule.valid.startswith("one of") else f" (one of {', '.join(sorted(names))})"
+            raise ValueError(f"--{name} {_show(value)}: must be {rule.valid}{listed}.")
+        return value
+    if rule.kind == "bool":
+        if not isinstance(value, bool):
+            _refuse(name, value, rule)
+        return value
+    if rule.kind == "file":
+        from pathlib import Path
+
+        if isinstance(value, Mapping) or (isinstance(value, str) and Path(value).expanduser().is_file()):
+            return value
+        what = "is a folder" if isinstance(value, str) and Path(value).expanduser().is_dir() else "does not exist"
+        raise ValueError(f"--{name} {_show(value)}: {what}; must be {rule.valid}.")
+    if rule.kind == "numbers":
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for item in values:
+            if isinstance(item, bool) or not isinstance(item, numbers.Real) or not math.isfinite(item):
+                _refuse(name, value, rule)
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        _refuse(name, value, rule)
+    if rule.kind == "whole":
+        if not float(value).is_integer():
+            _refuse(name, value, rule)
+        value = int(value)
+    if rule.test is not None and not rule.test(value):
+        _refuse(name, value, rule)
+    return value
+
+
+def check_values(values: Mapping[str, object], rules: Mapping[str, Rule], *, early: bool = False) -> dict[str, object]:
+    """Each named value against its rule, then the combinations whose fields all have values; returns the values
+    as checked (whole floats as ints). Raises `ValueError` with one line."""
+    checked = {}
+    for name, rule in rules.items():
+        if name in values:
+            checked[name] = check_value(name, values[name], rule)
+    check_combinations({**values, **checked}, early=early)
+    return checked
+
+
+def check_combinations(values: Mapping[str, object], *, early: bool = False) -> None:
+    for combination in COMBINATIONS:
+        if early and not combination.early:
+            continue
+        args = [values.get(name) for name in combination.fields]
+        if any(arg is None for arg in args):
+            continue
+        if not combination.test(*args):
+            raise ValueError(combination.message(*args))
+
+
+def check_object(obj, rules: Mapping[str, Rule]) -> None:
+    """The rules on an object's attributes (a built dataclass); whole floats are stored back as ints."""
+    values = {name: getattr(obj, name) for name in rules if hasattr(obj, name)}
+    for name, value in check_values(values, rules).items():
+        if value is not values[name]:
+            object.__setattr__(obj, name, value)
+
+
+# The command line and recipes, before anything heavy loads
+
+
+def _convert(name: str, text, rule: Rule):
+    """A value from the command line (text) or a recipe (YAML's own type) as the rule's kind."""
+    if rule.kind == "numbers":
+        items = text if isinstance(text, list) else [text]
+        return [_convert(name, item, Rule("number", rule.valid)) for item in items]
+    if not isinstance(text, str):
+        return text
+    if text.strip().lower() in ("none", "null") and (rule.optional or rule.kind == "numbers"):
+        return None
+    if rule.kind in ("choice", "choice_or_bool", "file"):
+        return text
+    if rule.kind == "bool":
+        lowered = text.strip().lower()
+        if lowered in ("true", "yes", "1", "t", "y"):
+            return True
+        if lowered in ("false", "no", "0", "f", "n"):
+            return False
+        raise ValueError(f"--{name} {text!r}: must be {rule.valid}.")
+    try:
+        return float(text) if any(c in text.lower() for c in ".en") else int(text)
+    except ValueError:
+        raise ValueError(f"--{name} {text!r}: must be {rule.valid}.") from None
+
+
+def values_from(argv: list[str], recipe: Mapping | None, rules: Mapping[str, Rule]) -> dict[str, object]:
+    """The values `argv` and a recipe give to the fields of `rules` (the command line wins, as in TRL's parser)."""
+    values = {name: value for name, value in (recipe or {}).items() if name in rules or name == "reward_funcs"}
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        name = token[2:].split("=", 1)[0] if token.startswith("--") else None
+        if name in rules or name == "reward_funcs":
+            if "=" in token:
+                given, index = [token.split("=", 1)[1]], index + 1
+            else:
+                given, index = [], index + 1
+                while index < len(argv) and not (argv[index].startswith("--") and len(argv[index]) > 2):
+                    given.append(argv[index])
+                    index += 1
+            many = name == "reward_funcs" or rules[name].kind == "numbers"
+            values[name] = given if many else (given[0] if given else "")
+        else:
+            index += 1
+    return values
+
+
+def precheck(argv: list[str], recipe: Mapping | None, rules: Mapping[str, Rule]) -> None:
+    """The command line's and the recipe's values against `rules` and `COMBINATIONS`, before any heavy import."""
+    given = values_from(argv, recipe, rules)
+    converted = {name: _convert(name, value, rules[name]) for name, value in given.items() if name in rules}
+    check_values({**given, **converted}, rules, early=True)
+
+
+# The type-derived rules for the command line's early check. Deriving them imports TRL and transformers (seconds), so
+# the first full parse writes them to the cache, keyed by the versions that define the fields; later commands check
+# a mistyped `--bf16 maybe` or `--past_index 1.5` in a fraction of a second. Without the file only `RANGES` is early.
+
+
+def _type_rules_file():
+    import os
+    from importlib.metadata import PackageNotFoundError, version
+    from pathlib import Path
+
+    try:
+        key = "-".join(version(name) for name in ("trl", "transformers", "vepo-trl"))
+    except PackageNotFoundError:
+        return None
+    root = Path(os.environ.get("VEPO_TRL_CACHE") or Path.home() / ".cache" / "vepo_trl")
+    return root / f"field-rules-{key}.json"
+
+
+def save_type_rules(rules: Mapping[str, Rule]) -> None:
+    """Write the rules `RANGES` does not hold (their kind, whether unset passes, the choices) for `early_rules`."""
+    import json
+    import os
+
+    path = _type_rules_file()
+    if path is None or path.is_file():
+        return
+    table = {
+        name: {"kind": rule.kind, "valid": rule.valid, "optional": rule.optional, "choices": list(rule.choices())}
+        if rule.choices is not None
+        else {"kind": rule.kind, "valid": rule.valid, "optional": rule.optional}
+        for name, rule in rules.items()
+        if name not in RANGES and rule.kind in ("bool", "whole", "number", "choice")
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(table, sort_keys=True))
+        temporary.replace(path)
+    except OSError:  # a read-only cache: the early check stays on RANGES
+        pass
+
+
+def early_rules() -> dict[str, Rule]:
+    """`RANGES` plus the saved type-derived rules, where a full parse has saved them for these versions."""
+    import json
+
+    rules = dict(RANGES)
+    path = _type_rules_file()
+    try:
+        saved = json.loads(path.read_text()) if path is not None and path.is_file() else {}
+    except (OSError, ValueError):
+        saved = {}
+    for name, entry in saved.items():
+        names = tuple(entry.get("choices") or ())
+        rules.setdefault(
+            name,
+            Rule(
+                entry["kind"],
+                entry["valid"],
+                optional=entry["optional"],
+                choices=(lambda n=names: n) if names else None,
+            ),
+        )
+    return rules

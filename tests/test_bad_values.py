@@ -220,3 +220,36 @@ def test_type_rules_are_checked_early_once_a_parse_saved_them(tmp_path):
     assert first == ["2", "True"] and second == ["2", "False"], [run.stdout + run.stderr for run in runs]
     assert "--bf16" in runs[1].stderr and len(runs[1].stderr.strip().splitlines()) == 1
     assert list((tmp_path / "cache").glob("field-rules-*.json"))
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["eval", "--model", "tiny-qwen2.5-vl", "--benchmarks", "synthetic", "--output_dir", "AFILE"], "a file"),
+        (["eval", "--model", "tiny-qwen2.5-vl", "--benchmarks", "synthetic", "--dtype", "float64x"], "invalid choice"),
+        (["analyze", "--model", "tiny-qwen2.5-vl", "--dataset", "synthetic", "--output_dir", "AFILE"], "a file"),
+        (["inspect", "--model", "tiny-qwen2.5-vl", "--dataset", "synthetic", "--output", "AFILE/p.html"], "a file"),
+        (["plot", "RUN", "--dpi", "100000"], "--dpi must be in 20..1200"),
+        (["plot", "RUN", "--output_dir", "AFILE"], "a file"),
+    ],
+)
+def test_the_other_commands_refuse_newcomer_inputs_in_one_line(tmp_path, capsys, argv, needle):
+    """From the newest newcomer findings: each ended in a traceback (FileExistsError, AttributeError, MemoryError)."""
+    (tmp_path / "afile.txt").write_text("")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "trainer_state.json").write_text('{"log_history": [{"step": 1, "loss": 0.5}]}')
+    argv = [str(tmp_path / "afile.txt") if a == "AFILE" else a for a in argv]
+    argv = [
+        a.replace("AFILE", str(tmp_path / "afile.txt")) if "AFILE" in a else (str(run) if a == "RUN" else a)
+        for a in argv
+    ]
+    code, out, err = run_cli(argv, capsys)
+    assert_refused(code, err, needle)
+
+
+def test_a_cache_that_is_a_file_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    (tmp_path / "afile.txt").write_text("")
+    monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path / "afile.txt"))
+    code, out, err = run_cli(["demo", "--output_dir", str(tmp_path / "out")], capsys)
+    assert_refused(code, err, "VEPO_TRL_CACHE", "a file of that name exists")

@@ -302,6 +302,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     command = argv[0]
     try:
+        _check_cache()
         COMMANDS[command](argv[1:])
     except UsageError as error:  # the one front door: every command's user errors end here as one line
         fail(f"vepo-trl {'eval' if command == 'evaluate' else command}", error)
@@ -310,6 +311,21 @@ def main(argv: list[str] | None = None) -> None:
             f"\nvepo-trl {command}: interrupted: {_INTERRUPTED.get(command, 'nothing was written')}.", file=sys.stderr
         )
         sys.exit(130)
+
+
+def _check_cache() -> None:
+    """`VEPO_TRL_CACHE` (where tiny models, the lab's warm start and the field rules go) must be a folder that can be
+    written, or one that can be made."""
+    import os
+
+    from .errors import check_output_folder
+
+    folder = os.environ.get("VEPO_TRL_CACHE")
+    if folder:
+        try:
+            check_output_folder("VEPO_TRL_CACHE", folder)
+        except UsageError as error:
+            raise UsageError(f"{error} (an environment variable: point it at a folder, or unset it)") from None
 
 
 # What Ctrl-C leaves for the commands that do not say it themselves

@@ -24,3 +24,23 @@ def fail(prog: str, message: object) -> NoReturn:
     """Print `<prog>: error: <message>` as one line on stderr and exit with status 2."""
     print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
     sys.exit(2)
+
+
+def check_output_folder(flag: str, folder) -> None:
+    """A folder results can be written to: not a file, not under a file, in a writable place (a `UsageError`
+    naming `flag` otherwise). The folder itself need not exist yet."""
+    import os
+    from pathlib import Path
+
+    if folder is None or not str(folder).strip():
+        raise UsageError(f"{flag} is empty: give a folder.")
+    path = Path(folder).expanduser()
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{flag} {folder}: a file of that name exists; give a folder.")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"{flag} {folder}: {existing} is a file, so no folder can be made under it.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {folder}: {existing} is not writable; choose a folder you can write to.")

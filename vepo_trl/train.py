@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config, get_qu
 
 from vepo_trl.config import VEPOConfig
 from vepo_trl.data import load_vepo_dataset, synthetic_training_dataset
-from vepo_trl.errors import UsageError
+from vepo_trl.errors import UsageError, check_output_folder
 from vepo_trl.local_models import (  # noqa: F401  (TINY_MODEL, LAB_MODEL: re-exported, the names recipes use)
     LAB_MODEL,
     TINY_MODEL,
@@ -104,16 +103,8 @@ def check_output_dir(output_dir: str | None) -> None:
     """An output folder that can be written: not empty, not a file, in a writable place."""
     if output_dir is None or not str(output_dir).strip():
         raise UsageError("output_dir is empty: give the folder the model and its report go to (--output_dir run1).")
+    check_output_folder("output_dir", output_dir)
     path = Path(output_dir).expanduser()
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"output_dir {output_dir}: a file of that name exists; give a folder.")
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise UsageError(f"output_dir {output_dir}: {existing} is a file, so no folder can be made under it.")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"output_dir {output_dir}: {existing} is not writable; choose a folder you can write to.")
     readme = foreign_card(path)
     if readme is not None:
         raise UsageError(

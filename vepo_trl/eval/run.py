@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..errors import check_output_folder, fail
 from ..local_models import TINY_MODEL, resolve_model_name
 from .benchmarks import (
     BENCHMARKS,
@@ -46,10 +47,17 @@ class EvalUsageError(ValueError):
     """A mistake on the command line, reported as one line and exit code 2 before any model loads."""
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors on one line (no usage block), exit code 2, as every vepo-trl command."""
+
+    def error(self, message: str):
+        fail(self.prog, message)
+
+
 def make_parser() -> argparse.ArgumentParser:
     from .grading import PROTOCOL_HELP, PROTOCOLS
 
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="vepo-trl eval",
         description="Greedy evaluation on the paper's seven benchmarks (or a subset), with a Table-1 summary.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -59,7 +67,9 @@ def make_parser() -> argparse.ArgumentParser:
                        help="Model folder or Hub id (a PEFT adapter folder works too); required unless --rescore.")  # fmt: skip
     model.add_argument("--adapter", default=None, help="LoRA adapter folder applied on top of --model.")
     model.add_argument("--base_model", default=None, help="Base model of an adapter (default: its adapter_config).")
-    model.add_argument("--dtype", default="auto", help="Weights dtype: auto, bfloat16, float16, float32.")
+    model.add_argument(
+        "--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"), help="Weights dtype."
+    )
     data = parser.add_argument_group("data")
     data.add_argument(
         "--benchmarks",
@@ -443,6 +453,11 @@ def _check_usage(args) -> list[Benchmark]:
     ):
         if value is not None and value < 1:
             raise EvalUsageError(f"{name} must be at least 1, got {value}.")
+    if args.output_dir is not None:
+        try:
+            check_output_folder("--output_dir", args.output_dir)
+        except ValueError as error:
+            raise EvalUsageError(str(error)) from None
     return benches
 
 

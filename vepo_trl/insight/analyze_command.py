@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..errors import check_output_folder
 from .commands import (
     UsageError,
     _add_generation_args,
@@ -67,6 +68,7 @@ def analyze_main(argv: list[str]) -> None:
         recipe = _read_recipe(args.config) if args.config else {}
         model_name = _check_model(args.model or recipe.get("model_name_or_path"))
         settings = _settings(args, recipe)
+        check_output_folder("--output_dir", args.output_dir)
         _check_generation(args)
         if args.limit < 1:
             raise UsageError(f"--limit must be at least 1, got {args.limit}")

@@ -6,6 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
+from ..errors import check_output_folder
 from .commands import (
     SYNTHETIC_DATASET,
     SYNTHETIC_ROWS,
@@ -151,6 +152,7 @@ def inspect_main(argv: list[str]) -> None:
         settings = _settings(args, recipe)
         _check_generation(args)
         _check_rewards(args)
+        check_output_folder("--output", Path(args.output).expanduser().parent or ".")
         if args.greedy and args.response:
             raise UsageError("--greedy samples a response; --response gives them: choose one")
         bounds = _pixel_bounds(args, recipe)

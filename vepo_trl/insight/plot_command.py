@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..errors import check_output_folder
 from .commands import (
     UsageError,
     _Parser,
@@ -45,8 +46,10 @@ def plot_main(argv: list[str]) -> None:
     try:
         if args.labels and len(args.labels) != len(args.runs):
             raise UsageError(f"--labels has {len(args.labels)} names for {len(args.runs)} runs")
-        if args.dpi < 20:
-            raise UsageError(f"--dpi must be at least 20, got {args.dpi}")
+        if not 20 <= args.dpi <= 1200:  # 100,000 dpi asks matplotlib for a canvas of terabytes
+            raise UsageError(f"--dpi must be in 20..1200, got {args.dpi}")
+        if args.output_dir is not None:
+            check_output_folder("--output_dir", args.output_dir)
         runs = []
         for i, path in enumerate(args.runs):
             try:

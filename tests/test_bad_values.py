@@ -253,3 +253,31 @@ def test_a_cache_that_is_a_file_is_refused_in_one_line(tmp_path, capsys, monkeyp
     monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path / "afile.txt"))
     code, out, err = run_cli(["demo", "--output_dir", str(tmp_path / "out")], capsys)
     assert_refused(code, err, "VEPO_TRL_CACHE", "a file of that name exists")
+
+
+def test_push_to_hub_without_the_hub_or_a_token_is_refused_before_training(tmp_path, capsys, monkeypatch):
+    # Offline, it used to train and then die in a connection traceback (newcomer finding x01)
+    from vepo_trl.local_models import hub_unreachable
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub_unreachable.cache_clear()
+    argv = ["train", "--config", TINY_RECIPE, "--output_dir", str(tmp_path / "out"), "--push_to_hub", "true"]
+    code, out, err = run_cli([*argv, "--hub_model_id", "someone/x"], capsys)
+    assert_refused(code, err, "push_to_hub is on, and HF_HUB_OFFLINE is set")
+    # Reachable (a listening port on 127.0.0.1 as the endpoint) but no token anywhere
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        for variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+            monkeypatch.delenv(variable, raising=False)
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+        monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
+        hub_unreachable.cache_clear()
+        code, out, err = run_cli([*argv, "--hub_model_id", "someone/x"], capsys)
+        hub_unreachable.cache_clear()
+    assert_refused(code, err, "no Hugging Face token is set")
+    assert not (tmp_path / "out").exists()

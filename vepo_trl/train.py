@@ -180,6 +180,8 @@ def check_arguments(script_args, training_args, model_args) -> None:
         if not is_known_dataset(name):
             raise UsageError(f"{field_name} {name!r}: {dataset_name_problem(name)}")
         _check_hub_dataset(field_name, name)
+    if training_args.push_to_hub:
+        _check_hub_push(training_args)
     # Last: the one check that may touch the network (a Hub id not in the cache)
     check_model_name(model_args.model_name_or_path)
     _check_model_family(model_args, training_args)
@@ -212,6 +214,20 @@ def _check_model_family(model_args, training_args) -> None:
             f"model_name_or_path {name}: a {model_type!r} model, for which VEPO has no perturbation adapter, and "
             f"selection_strategy {training_args.selection_strategy!r} perturbs the model's images. Supported families: "
             f"{', '.join(supported_families())}; or --selection_strategy entropy / full."
+        )
+
+
+def _check_hub_push(training_args) -> None:
+    """`push_to_hub` needs the Hub and a token: say so now, not in a connection traceback after the training."""
+    from huggingface_hub import get_token
+
+    reason = hub_unreachable()
+    if reason:
+        raise UsageError(f"push_to_hub is on, and {reason}: train without it and push later, or run where it can be.")
+    if not training_args.hub_token and not get_token():
+        raise UsageError(
+            "push_to_hub is on, but no Hugging Face token is set: log in (`hf auth login`), set HF_TOKEN, or pass "
+            "--hub_token."
         )
 
 

@@ -102,6 +102,14 @@ def table_cases() -> list[list[str]]:
         [*TRAIN, "--dtype", "float64x"],
         [*TRAIN, "--learning_rate", "abc"],
         [*TRAIN, "--noise_step", ""],
+        # The newest newcomer findings
+        [*TRAIN, "--push_to_hub", "true", "--hub_model_id", "someone/x"],
+        ["eval", "--model", "tiny-qwen2.5-vl", "--benchmarks", "synthetic", "--output_dir", "afile"],
+        ["eval", "--model", "tiny-qwen2.5-vl", "--benchmarks", "synthetic", "--dtype", "float64x"],
+        ["analyze", "--model", "tiny-qwen2.5-vl", "--dataset", "synthetic", "--output_dir", "afile"],
+        ["inspect", "--model", "tiny-qwen2.5-vl", "--dataset", "synthetic", "--output", "afile/page.html"],
+        ["plot", "keep", "--dpi", "100000"],
+        ["evaluate", "--model", "tiny-qwen2.5-vl", "--dataset", "geometry3k"],
     ]
 
 

@@ -126,7 +126,7 @@ FAMILIES: tuple[Family, ...] = (
         "llava-onevision",
         ("llava_onevision",),
         ("LlavaOnevisionForConditionalGeneration",),
-        "crops `(n_images, n_crops, C, H, W)` + `image_sizes`, zero crops are padding",
+        "crops `(n_images, n_crops, C, H, W)` + `image_sizes`, zero crops and each crop's letterbox are padding",
         _tiles_layout(),
         "tiny-llava-onevision",
         trl_limitation=(
@@ -140,7 +140,7 @@ FAMILIES: tuple[Family, ...] = (
         "llava-next",
         ("llava_next",),
         ("LlavaNextForConditionalGeneration",),
-        "crops `(n_images, n_crops, C, H, W)` + `image_sizes`, zero crops are padding",
+        "crops `(n_images, n_crops, C, H, W)` + `image_sizes`, zero crops and each crop's letterbox are padding",
         _tiles_layout(),
         "tiny-llava-next",
     ),

@@ -140,10 +140,18 @@ class ImageLayout:
     patch_size: int = 14
     zero_tile_is_padding: bool = False
     crop_to_image_sizes: bool = False
+    # Any-res (LLaVA-NeXT, LLaVA-OneVision): the processor's resolutions and crop size, to tell each crop's letterbox
+    # padding from the image (`anyres_boxes`); empty for every other layout
+    grid_pinpoints: tuple[tuple[int, int], ...] = ()
+    crop_size: tuple[int, int] | None = None
 
     @classmethod
     def from_image_processor(cls, image_processor, patch_size: int, **options) -> ImageLayout:
         mean, std = _stats_of(image_processor)
+        pinpoints = getattr(image_processor, "image_grid_pinpoints", None)
+        if pinpoints and "grid_pinpoints" not in options:
+            options["grid_pinpoints"] = tuple(tuple(int(v) for v in point) for point in pinpoints)
+            options["crop_size"] = _crop_size(image_processor)
         return cls(image_mean=mean, image_std=std, patch_size=int(patch_size), **options)
 
     @property
@@ -178,6 +186,50 @@ class ImageLayout:
         mask = torch.zeros((height, width), dtype=torch.bool, device=tile.device)
         mask[: height // p * p, : width // p * p] = drop.repeat_interleave(p, 0).repeat_interleave(p, 1)
         return mask.unsqueeze(0)
+
+
+def _crop_size(image_processor) -> tuple[int, int]:
+    """The side of an any-res processor's crops: `crop_size`, else `size` (as the processor itself picks it)."""
+    for name in ("crop_size", "size"):
+        size = getattr(image_processor, name, None)
+        if size is None:
+            continue
+        size = dict(size) if not isinstance(size, dict) else size
+        if size.get("height"):
+            return int(size["height"]), int(size.get("width") or size["height"])
+        if size.get("shortest_edge"):
+            return int(size["shortest_edge"]), int(size["shortest_edge"])
+    raise ValueError(f"{type(image_processor).__name__} has no crop size to cut its any-res canvas with.")
+
+
+def anyres_boxes(
+    image_size: tuple[int, int], grid_pinpoints, crop_size: tuple[int, int]
+) -> list[tuple[int, int, int, int] | None]:
+    """An any-res image's tiles as its processor makes them, each with the box `(top, bottom, left, right)` of its
+    real pixels (None: letterbox padding only): first the whole image resized to one crop (all real), then the crops
+    of the canvas (the image resized into the best resolution keeping its aspect ratio, centred, padded with black),
+    row by row. The geometry is transformers' own (`select_best_resolution`, `get_patch_output_size`, the centred
+    paste of `_get_padding_size`)."""
+    from transformers.image_processing_utils import get_patch_output_size, select_best_resolution
+    from transformers.image_utils import ChannelDimension
+
+    height, width = (int(v) for v in image_size)
+    best = select_best_resolution((height, width), [list(point) for point in grid_pinpoints])
+    shape_only = torch.empty(1, height, width, device="meta")
+    new_height, new_width = get_patch_output_size(shape_only, best, ChannelDimension.FIRST)
+    top, left = (best[0] - new_height) // 2, (best[1] - new_width) // 2
+    crop_height, crop_width = crop_size
+    boxes: list[tuple[int, int, int, int] | None] = [(0, crop_height, 0, crop_width)]
+    for y in range(0, best[0], crop_height):
+        for x in range(0, best[1], crop_width):
+            box = (
+                max(top - y, 0),
+                min(top + new_height - y, crop_height),
+                max(left - x, 0),
+                min(left + new_width - x, crop_width),
+            )
+            boxes.append(box if box[0] < box[1] and box[2] < box[3] else None)
+    return boxes
 
 
 def _stats_of(image_processor) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -430,18 +482,40 @@ def _perturb_tiles(
     # The image's own pixels: the whole tile, or its top-left (h, w) when images are padded to the batch's largest
     sizes = [tuple(int(v) for v in image_sizes[i]) if crop else tuple(tiles.shape[-2:]) for i in range(len(tiles))]
     seeds = _grouped_tile_seeds(tiles, sizes, _tile_groups(pixel_values, tile_groups), seed, step)
+    boxes = letterbox_boxes(pixel_values, layout, image_sizes)
     for index in range(tiles.shape[0]):
         h, w = sizes[index]
         tile = tiles[index, :, :h, :w]
-        if not bool((tile != 0).any()):
-            continue  # padding
+        if not bool((tile != 0).any()) or (boxes is not None and boxes[index] is None):
+            continue  # padding: a zero tile, or an any-res crop of letterbox only
         generator = torch.Generator(device=pixel_values.device).manual_seed(seeds[index])
         perturbed = fn(tile, None, layout, generator, **params)
+        if boxes is not None:
+            # The whole crop is perturbed (patches stay on the crop's own grid), then its letterbox is put back
+            top, bottom, left, right = boxes[index]
+            kept = perturbed
+            perturbed = tile.clone()
+            perturbed[:, top:bottom, left:right] = kept[:, top:bottom, left:right]
         if layout.zero_tile_is_padding and not bool((perturbed != 0).any()):
             perturbed = perturbed.clone()
             perturbed.view(-1)[0] = torch.finfo(perturbed.dtype).tiny  # still an image to a model that drops zeros
         out[index, :, :h, :w] = perturbed
     return out.view_as(pixel_values)
+
+
+def letterbox_boxes(pixel_values, layout: ImageLayout, image_sizes) -> list | None:
+    """Per tile of an any-res batch `(n_images, n_crops, C, H, W)`, the box of its real pixels (`anyres_boxes`; the
+    batch's padding crops after an image's own: None); None when the layout is not any-res."""
+    if not layout.grid_pinpoints or image_sizes is None or pixel_values.ndim != 5:
+        return None
+    if len(image_sizes) != pixel_values.shape[0]:
+        raise ValueError(f"{len(image_sizes)} image_sizes for {pixel_values.shape[0]} images in pixel_values.")
+    per_image = pixel_values.shape[1]
+    boxes = []
+    for size in image_sizes:
+        own = anyres_boxes(tuple(int(v) for v in size), layout.grid_pinpoints, layout.crop_size)[:per_image]
+        boxes += own + [None] * (per_image - len(own))
+    return boxes
 
 
 def perturb_pixel_values(

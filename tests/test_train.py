@@ -282,3 +282,39 @@ def test_model_card_states_the_method_that_ran(tmp_path):
     assert "| `selection_strategy` | entropy |" in card
     assert "`noise_step`" not in card and "`perturbation`" not in card and "`selection_alpha`" not in card
     assert trainer.args.selection_strategy == "entropy"
+
+
+@pytest.mark.parametrize(("family", "factor"), [("qwen2.5-vl", 28), ("qwen3-vl", 32), ("gemma3", 1)])
+def test_training_images_are_resized_once_at_the_models_own_multiple(tmp_path, family, factor):
+    """The loaders pre-resize images within min/max pixels at the model's own multiple (read off its processor
+    config before it loads), so its processor never resamples them again; at Qwen2.5's 28 a Qwen3-VL image (32) was
+    resampled twice."""
+    import json
+
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    from vepo_trl.local_models import image_factor_of
+    from vepo_trl.testing import tiny_model_path
+    from vepo_trl.train import VEPOScriptArguments, load_dataset_split
+
+    model = str(tiny_model_path(family=family))
+    assert image_factor_of(model) == factor
+    Image.new("RGB", (500, 300), (120, 30, 200)).save(tmp_path / "a.png")
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"problem": "<image>Find x.", "answer": "3", "images": ["a.png"]}))
+    script_args = VEPOScriptArguments(dataset_name=str(tmp_path / "rows.jsonl"), min_pixels=3136, max_pixels=200_000)
+    rows = load_dataset_split(str(tmp_path / "rows.jsonl"), "train", script_args, 0, None, image_factor_of(model))
+    image = rows[0]["images"][0]
+    if factor == 1:
+        assert image.size == (500, 300)  # within the bounds: not resampled at all
+        return
+    assert image.size[0] % factor == 0 and image.size[1] % factor == 0
+    processor = AutoProcessor.from_pretrained(model)
+    # The real checkpoints' pixel bounds (preprocessor_config.json of Qwen/Qwen2.5-VL-7B-Instruct: min_pixels 3136,
+    # max_pixels 12845056; of Qwen/Qwen3-VL-8B-Instruct: size shortest_edge 65536, longest_edge 16777216), not the
+    # tiny model's small ones
+    bounds = {"qwen2.5-vl": (3136, 12845056), "qwen3-vl": (65536, 16777216)}[family]
+    size = {"shortest_edge": bounds[0], "longest_edge": bounds[1]}
+    grid = processor.image_processor(images=[image], size=size, return_tensors="pt")["image_grid_thw"][0]
+    patch = factor // 2
+    assert (int(grid[1]) * patch, int(grid[2]) * patch) == (image.size[1], image.size[0])  # the processor kept it

@@ -73,6 +73,30 @@ def local_config_file(name: str, revision: str | None = None) -> Path | None:
     return Path(cached) if cached else None
 
 
+def image_factor_of(name: str | None, revision: str | None = None) -> int | None:
+    """The multiple a model's processor rounds image sides to, read off its processor config on this machine (its
+    folder or the Hub cache): `patch_size x merge_size` for the Qwen-VL layouts (28 for Qwen2.5-VL, 32 for Qwen3-VL),
+    1 for a processor that resizes on its own terms (Gemma 3, LLaVA, InternVL, SmolVLM, ...); None when no processor
+    config is here (a built-in model not built yet, a Hub id not cached)."""
+    import json
+
+    if not name:
+        return None
+    for filename in ("preprocessor_config.json", "processor_config.json"):
+        path = Path(name).expanduser() / filename
+        found = str(path) if path.is_file() else _cached_file(name, filename, revision=revision)
+        if not found:
+            continue
+        try:
+            config = json.loads(Path(found).read_text())
+        except (OSError, ValueError):
+            continue
+        config = config.get("image_processor", config) if isinstance(config, dict) else {}
+        patch, merge = config.get("patch_size"), config.get("merge_size")
+        return int(patch) * int(merge) if patch and merge else 1
+    return None
+
+
 def tiny_model_names() -> list[str]:
     """`tiny-<family>` for every family with a tiny offline model (`tiny-qwen2.5-vl` first)."""
     from .testing import TINY_BUILDERS

@@ -23,12 +23,14 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config, get_qu
 
 from vepo_trl.config import VEPOConfig
 from vepo_trl.data import load_vepo_dataset, synthetic_training_dataset
+from vepo_trl.data.loaders import IMAGE_FACTOR
 from vepo_trl.errors import UsageError, check_output_folder
 from vepo_trl.local_models import (  # noqa: F401  (TINY_MODEL, LAB_MODEL: re-exported, the names recipes use)
     LAB_MODEL,
     TINY_MODEL,
     check_model_name,
     hub_unreachable,
+    image_factor_of,
     resolve_model_name,
 )
 from vepo_trl.rewards import get_reward_funcs
@@ -266,7 +268,14 @@ class QuietProgressCallback(ProgressCallback):
         pass
 
 
-def load_dataset_split(name: str, split: str, script_args: VEPOScriptArguments, seed: int, limit: int | None):
+def load_dataset_split(
+    name: str,
+    split: str,
+    script_args: VEPOScriptArguments,
+    seed: int,
+    limit: int | None,
+    image_factor: int | None = None,
+):
     if name == SYNTHETIC_DATASET:
         # Distinct seeds per split, so evaluation rows are not training rows
         offset = 0 if split == script_args.dataset_train_split else 1
@@ -294,6 +303,8 @@ def load_dataset_split(name: str, split: str, script_args: VEPOScriptArguments, 
                 split,
                 min_pixels=script_args.min_pixels,
                 max_pixels=script_args.max_pixels,
+                # The model's own multiple (Qwen3-VL: 32), so its processor does not resample the image again
+                image_factor=image_factor or IMAGE_FACTOR,
                 strict=script_args.strict_data,
                 seed=seed,
             )
@@ -380,12 +391,14 @@ def _run(script_args, training_args, model_args, *, quiet: bool) -> VEPOTrainer:
         print(plan.message)
 
     # The data before the model: a bad file is reported before minutes of model loading
+    image_factor = image_factor_of(model_args.model_name_or_path, model_args.model_revision)
     train_dataset = load_dataset_split(
         script_args.dataset_name,
         script_args.dataset_train_split,
         script_args,
         training_args.seed,
         script_args.max_train_samples,
+        image_factor,
     )
     fingerprint = data_fingerprint(train_dataset)
     check_same_data(output_dir, fingerprint, resuming=plan.checkpoint is not None)
@@ -397,6 +410,7 @@ def _run(script_args, training_args, model_args, *, quiet: bool) -> VEPOTrainer:
             script_args,
             training_args.seed,
             script_args.max_eval_samples,
+            image_factor,
         )
 
     model_id = resolve_model_name(model_args.model_name_or_path)

@@ -60,7 +60,14 @@ class Family:
     trl_failure: str | None = None
     recipes: tuple[str, ...] = ()
     trl_limitation: str | None = None
+    # A reference checkpoint and the per-channel std its preprocessor_config.json normalises with: how strong
+    # `gaussian`'s noise (drawn on the normalised pixels, as the release does) is in [0, 1] space on this family
+    reference: tuple[str, tuple[float, float, float]] | None = None
 
+
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)  # OpenAI CLIP's
+HALF_STD = (0.5, 0.5, 0.5)  # SigLIP's and Qwen3-VL's
+IMAGENET_STD = (0.229, 0.224, 0.225)
 
 FAMILIES: tuple[Family, ...] = (
     Family(
@@ -70,6 +77,7 @@ FAMILIES: tuple[Family, ...] = (
         "patch rows `(sum t*h*w, 3*2*14*14)` + `image_grid_thw`",
         _qwen_layout,
         "tiny-qwen2-vl",
+        reference=("Qwen/Qwen2-VL-7B-Instruct", CLIP_STD),
     ),
     Family(
         "qwen2.5-vl",
@@ -78,6 +86,7 @@ FAMILIES: tuple[Family, ...] = (
         "patch rows `(sum t*h*w, 3*2*14*14)` + `image_grid_thw`",
         _qwen_layout,
         "tiny-qwen2.5-vl",
+        reference=("Qwen/Qwen2.5-VL-7B-Instruct", CLIP_STD),
         recipes=("Qwen2.5-VL-7B-Instruct/", "Qwen2.5-VL-3B-Instruct/"),
     ),
     Family(
@@ -87,6 +96,7 @@ FAMILIES: tuple[Family, ...] = (
         "patch rows `(sum t*h*w, 3*2*16*16)` + `image_grid_thw`",
         _qwen_layout,
         "tiny-qwen3-vl",
+        reference=("Qwen/Qwen3-VL-8B-Instruct", HALF_STD),
         recipes=("Qwen3-VL-4B-Instruct/", "Qwen3-VL-8B-Instruct/"),
     ),
     Family(
@@ -96,6 +106,7 @@ FAMILIES: tuple[Family, ...] = (
         "patch rows `(sum t*h*w, 3*2*16*16)` + `image_grid_thw`",
         _qwen_layout,
         "tiny-qwen3-vl-moe",
+        reference=("Qwen/Qwen3-VL-30B-A3B-Instruct", HALF_STD),
     ),
     Family(
         "qwen3.5",
@@ -112,6 +123,7 @@ FAMILIES: tuple[Family, ...] = (
         "images `(n_images, C, H, W)`",
         _tiles_layout(),
         "tiny-gemma3",
+        reference=("google/gemma-3-4b-it", HALF_STD),
         recipes=("gemma-3-4b-it/",),
     ),
     Family(
@@ -121,6 +133,7 @@ FAMILIES: tuple[Family, ...] = (
         "tiles `(B, n_tiles, C, H, W)` + `pixel_attention_mask`, zero tiles are padding",
         _tiles_layout(zero_tile_is_padding=True),
         "tiny-smolvlm",
+        reference=("HuggingFaceTB/SmolVLM2-2.2B-Instruct", HALF_STD),
     ),
     Family(
         "llava-onevision",
@@ -129,6 +142,7 @@ FAMILIES: tuple[Family, ...] = (
         "crops `(n_images, n_crops, C, H, W)` + `image_sizes`, zero crops and each crop's letterbox are padding",
         _tiles_layout(),
         "tiny-llava-onevision",
+        reference=("llava-hf/llava-onevision-qwen2-7b-ov-hf", HALF_STD),
         trl_limitation=(
             "TRL 1.16's GRPOTrainer fails whenever it runs a forward at rollout time (old log-probs when "
             "steps_per_generation x num_iterations does not divide gradient_accumulation_steps, vLLM importance "
@@ -143,6 +157,7 @@ FAMILIES: tuple[Family, ...] = (
         "crops `(n_images, n_crops, C, H, W)` + `image_sizes`, zero crops and each crop's letterbox are padding",
         _tiles_layout(),
         "tiny-llava-next",
+        reference=("llava-hf/llava-v1.6-mistral-7b-hf", CLIP_STD),
     ),
     Family(
         "internvl",
@@ -151,6 +166,7 @@ FAMILIES: tuple[Family, ...] = (
         "tiles `(n_tiles, C, H, W)`, split per prompt by TRL's `num_tiles`",
         _tiles_layout(),
         "tiny-internvl",
+        reference=("OpenGVLab/InternVL3-8B-hf", IMAGENET_STD),
     ),
     Family(
         "glm4v",
@@ -159,6 +175,7 @@ FAMILIES: tuple[Family, ...] = (
         "patch rows `(sum t*h*w, 3*2*14*14)` + `image_grid_thw`",
         _qwen_layout,
         "tiny-glm4v",
+        reference=("zai-org/GLM-4.1V-9B-Thinking", CLIP_STD),
     ),
     Family(
         "mistral3",
@@ -167,6 +184,7 @@ FAMILIES: tuple[Family, ...] = (
         "images `(n_images, C, H_max, W_max)` zero-padded + `image_sizes`",
         _tiles_layout(crop_to_image_sizes=True),
         "tiny-mistral3",
+        reference=("mistralai/Mistral-Small-3.1-24B-Instruct-2503", CLIP_STD),
         trl_failure=(
             "TRL 1.16's GRPOTrainer fails on any batch whose prompts differ in length: PixtralProcessor returns "
             "tensors by default, so TRL's unpadded prompt tokenisation raises 'Unable to create tensor, you should "
@@ -239,4 +257,27 @@ def supported_models_table() -> str:
             tested += f". Limitation: {family.trl_limitation}"
         recipes = ", ".join(f"`recipes/{path}`" for path in family.recipes) or "-"
         rows.append(f"| {family.name} | {classes} | {family.pixel_values} | {perturbations} | {tested} | {recipes} |")
+    return "\n".join(rows) + "\n"
+
+
+def gaussian_strength_table(sigma: float = 2.0) -> str:
+    """The README's table of what `--perturbation gaussian --noise_sigma {sigma}` means per family: the noise is drawn
+    on the model's normalised pixels (the release's definition, exact on its Qwen2.5-VL), so in [0, 1] space its std is
+    `sigma x` the family's normalisation std; the last column is the sigma that gives Qwen2.5-VL's [0, 1]-space
+    strength (a test keeps the README's copy equal to this)."""
+    base = next(f for f in FAMILIES if f.name == "qwen2.5-vl").reference[1]
+    base_mean = sum(base) / len(base)
+    rows = [
+        f"| family | reference checkpoint | normalisation std (R, G, B) | std in [0, 1] space at sigma {sigma:g} | "
+        f"sigma for Qwen2.5-VL's strength |",
+        "|---|---|---|---|---|",
+    ]
+    for family in FAMILIES:
+        if family.reference is None:
+            continue
+        checkpoint, std = family.reference
+        unit = ", ".join(f"{sigma * s:.2f}" for s in std)
+        matching = sigma * base_mean / (sum(std) / len(std))
+        stds = ", ".join(f"{s:.4g}" for s in std)
+        rows.append(f"| {family.name} | `{checkpoint}` | {stds} | {unit} | {matching:.2f} |")
     return "\n".join(rows) + "\n"

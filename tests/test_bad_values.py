@@ -263,7 +263,7 @@ def test_push_to_hub_without_the_hub_or_a_token_is_refused_before_training(tmp_p
     hub_unreachable.cache_clear()
     argv = ["train", "--config", TINY_RECIPE, "--output_dir", str(tmp_path / "out"), "--push_to_hub", "true"]
     code, out, err = run_cli([*argv, "--hub_model_id", "someone/x"], capsys)
-    assert_refused(code, err, "push_to_hub is on, and HF_HUB_OFFLINE is set")
+    assert_refused(code, err, "push_to_hub is on, and HF_HUB_OFFLINE is set: run without it")
     # Reachable (a listening port on 127.0.0.1 as the endpoint) but no token anywhere
     import socket
 

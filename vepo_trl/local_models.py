@@ -49,6 +49,22 @@ def hub_unreachable() -> str | None:
     return None
 
 
+def check_hub_push(token: str | None = None) -> None:
+    """A push needs the Hub and a token: a `UsageError` saying which is missing, before anything loads."""
+    from huggingface_hub import get_token
+
+    reason = hub_unreachable()
+    if reason:
+        raise UsageError(
+            f"push_to_hub is on, and {reason}: run without it and push later, or where the Hub can be reached."
+        )
+    if not token and not get_token():
+        raise UsageError(
+            "push_to_hub is on, but no Hugging Face token is set: log in (`hf auth login`), set HF_TOKEN, or pass "
+            "--hub_token."
+        )
+
+
 def _cached_file(repo_id: str, filename: str, repo_type: str = "model", revision: str | None = None) -> str | None:
     """The path of `filename` of a Hub repo in the local cache, or None (not cached, or not a valid repo id)."""
     from huggingface_hub import try_to_load_from_cache

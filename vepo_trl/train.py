@@ -28,6 +28,7 @@ from vepo_trl.errors import UsageError, check_output_folder
 from vepo_trl.local_models import (  # noqa: F401  (TINY_MODEL, LAB_MODEL: re-exported, the names recipes use)
     LAB_MODEL,
     TINY_MODEL,
+    check_hub_push,
     check_model_name,
     hub_unreachable,
     image_factor_of,
@@ -183,7 +184,7 @@ def check_arguments(script_args, training_args, model_args) -> None:
             raise UsageError(f"{field_name} {name!r}: {dataset_name_problem(name)}")
         _check_hub_dataset(field_name, name)
     if training_args.push_to_hub:
-        _check_hub_push(training_args)
+        check_hub_push(training_args.hub_token)
     # Last: the one check that may touch the network (a Hub id not in the cache)
     check_model_name(model_args.model_name_or_path)
     _check_model_family(model_args, training_args)
@@ -216,20 +217,6 @@ def _check_model_family(model_args, training_args) -> None:
             f"model_name_or_path {name}: a {model_type!r} model, for which VEPO has no perturbation adapter, and "
             f"selection_strategy {training_args.selection_strategy!r} perturbs the model's images. Supported families: "
             f"{', '.join(supported_families())}; or --selection_strategy entropy / full."
-        )
-
-
-def _check_hub_push(training_args) -> None:
-    """`push_to_hub` needs the Hub and a token: say so now, not in a connection traceback after the training."""
-    from huggingface_hub import get_token
-
-    reason = hub_unreachable()
-    if reason:
-        raise UsageError(f"push_to_hub is on, and {reason}: train without it and push later, or run where it can be.")
-    if not training_args.hub_token and not get_token():
-        raise UsageError(
-            "push_to_hub is on, but no Hugging Face token is set: log in (`hf auth login`), set HF_TOKEN, or pass "
-            "--hub_token."
         )
 
 

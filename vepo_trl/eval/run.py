@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import check_output_folder, fail
-from ..local_models import TINY_MODEL, resolve_model_name
+from ..local_models import TINY_MODEL, check_hub_push, resolve_model_name
 from .benchmarks import (
     BENCHMARKS,
     PAPER_BENCHMARKS,
@@ -115,6 +115,13 @@ def make_parser() -> argparse.ArgumentParser:
     out.add_argument("--output_dir", default=None, help="Results folder (default: eval-<model folder name>).")
     out.add_argument("--paper_model", default=None, choices=("Qwen2.5-VL-3B-Instruct", "Qwen2.5-VL-7B-Instruct"),
                      help="Paper rows to show beside the results (default: guessed from the model name).")  # fmt: skip
+    hub = parser.add_argument_group("model card and Hub")
+    hub.add_argument("--no_model_card", action="store_true",
+                     help="Leave the model folder's README.md as it is (by default the complete results are written "
+                          "into it as `model-index` metadata, the Hub's evaluation-results format).")  # fmt: skip
+    hub.add_argument("--push_to_hub", action="store_true", help="Push the card with the results to --hub_model_id.")
+    hub.add_argument("--hub_model_id", default=None, help="The Hub repo of the model (owner/name), for --push_to_hub.")
+    hub.add_argument("--hub_token", default=None, help="Hub token (default: the logged-in one, or HF_TOKEN).")
     return parser
 
 
@@ -458,6 +465,15 @@ def _check_usage(args) -> list[Benchmark]:
             check_output_folder("--output_dir", args.output_dir)
         except ValueError as error:
             raise EvalUsageError(str(error)) from None
+    if getattr(args, "push_to_hub", False):
+        if not args.hub_model_id:
+            raise EvalUsageError("--push_to_hub needs --hub_model_id (owner/name): the repo the card goes to.")
+        if args.no_model_card:
+            raise EvalUsageError("--push_to_hub pushes the model card, and --no_model_card leaves it unwritten.")
+        try:
+            check_hub_push(args.hub_token)
+        except ValueError as error:
+            raise EvalUsageError(str(error)) from None
     return benches
 
 
@@ -647,7 +663,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # Records of an earlier run whose judge failed (or that another protocol graded) are graded now
         regrade_folder(output_dir, [bench.name for bench in benches], args, judge)
         summary = summarize_folder(output_dir, manifest, args, time.perf_counter() - start)
+        _update_model_card(args, summary)
     return summary
+
+
+def _update_model_card(args, summary: dict[str, Any]) -> None:
+    """The complete results into the model folder's card (`model-index`), pushed with --push_to_hub."""
+    from .card import push_card, write_model_index
+
+    folder = Path(args.adapter or args.model or "").expanduser()
+    if args.no_model_card or not folder.is_dir():
+        if args.push_to_hub:
+            raise EvalUsageError(
+                f"--push_to_hub: {args.model} is not a local model folder whose card could be written."
+            )
+        return
+    written = write_model_index(folder, summary, args.hub_model_id or folder.name)
+    if written is None:
+        print(f"Model card: no complete benchmark result to write into {folder / 'README.md'} (partial runs are not).")
+        return
+    path, left_out = written
+    note = f" ({', '.join(left_out)} left out: partial)" if left_out else ""
+    print(f"Model card: results written into {path} as model-index metadata{note}.")
+    if args.push_to_hub:
+        print(f"Model card pushed: {push_card(path, args.hub_model_id, args.hub_token)}")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

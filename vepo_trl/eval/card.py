@@ -1,0 +1,93 @@
+"""A run's Table-1 scores where Hub users look for them: `model-index` metadata in the model's card (the Hub's
+evaluation-results format, parsed by `huggingface_hub.ModelCard` / `EvalResult`), and the card pushed with
+`--push_to_hub`.
+
+Only complete results go in: a benchmark run with `--limit`, on a truncated copy or with rows a judge never graded
+is left out (and said so), never reported as the benchmark's score. Each result names the protocol and the judge, so a
+`paper`-protocol score is not mistaken for a rule-graded one.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from .benchmarks import BENCHMARKS
+
+
+SOURCE_NAME = "vepo-trl eval"
+
+
+def eval_results(summary: dict[str, Any]) -> tuple[list, list[str]]:
+    """`EvalResult`s of the summary's complete benchmarks (those with a Hub data set), and the names left out."""
+    from huggingface_hub import EvalResult
+
+    grading = summary["grading"]
+    judge = grading.get("judge_model")
+    metric_name = f"accuracy ({grading['protocol']} protocol" + (f", judge {judge})" if judge else ")")
+    results, left_out = [], []
+    for name, bench in summary["benchmarks"].items():
+        spec = BENCHMARKS[name]
+        if not getattr(spec, "hub_id", None):
+            continue
+        if not bench.get("complete") or bench.get("accuracy") is None:
+            left_out.append(name)
+            continue
+        results.append(
+            EvalResult(
+                task_type="visual-question-answering",
+                task_name="Visual mathematical reasoning",
+                dataset_type=spec.hub_id,
+                dataset_name=spec.title,
+                dataset_split=spec.split,
+                metric_type="accuracy",
+                metric_name=metric_name,
+                metric_value=bench["accuracy"],
+                metric_config=grading["protocol"],
+                # `source_name` would need a public URL of the run; the grader and judge go in the metric's args
+                metric_args={"evaluated_with": SOURCE_NAME, "protocol": grading["protocol"]}
+                | ({"judge": judge} if judge else {}),
+            )
+        )
+    return results, left_out
+
+
+def write_model_index(folder: Path, summary: dict[str, Any], model_name: str) -> tuple[Path, list[str]] | None:
+    """Put the summary's complete results into `folder`'s README.md as `model-index` metadata (results of other data
+    sets or other metrics already there are kept; one of the same data set and metric is replaced). Returns the card
+    path and the benchmarks left out, or None when there is nothing complete to write."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    results, left_out = eval_results(summary)
+    if not results:
+        return None
+    path = folder / "README.md"
+    card = ModelCard(path.read_text()) if path.is_file() else ModelCard(f"---\n---\n\n# {model_name}\n")
+    data = card.data if card.data is not None else ModelCardData()
+    new = {(r.dataset_type, r.dataset_split, r.metric_type, r.metric_name) for r in results}
+    kept = [
+        r
+        for r in (data.eval_results or [])
+        if (r.dataset_type, r.dataset_split, r.metric_type, r.metric_name) not in new
+    ]
+    data.eval_results = kept + results
+    data.model_name = data.model_name or model_name
+    card.data = data
+    card.save(path)
+    return path, left_out
+
+
+def push_card(path: Path, repo_id: str, token: str | None) -> str:
+    """Upload the card to `repo_id` (README.md), through the real client; `HF_ENDPOINT` is read now, not at import."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)
+    api.create_repo(repo_id, exist_ok=True)
+    info = api.upload_file(
+        path_or_fileobj=str(path),
+        path_in_repo="README.md",
+        repo_id=repo_id,
+        commit_message="Evaluation results (vepo-trl eval)",
+    )
+    return str(info)

@@ -310,3 +310,33 @@ def test_a_retrained_model_in_the_same_place_is_not_reported_with_the_old_answer
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "weights changed" in err[0] and manifest["model_weights"] in err[0]
     assert (out / "geometry3k.jsonl").read_text() == records_before
+
+
+def test_reporting_names_only_what_ran(tiny_model_dir, data_dir, tmp_path, capsys, monkeypatch):
+    """A synthetic run names no judge it never called; `--rescore --benchmarks X` prints X (the folder's summary.md
+    keeps every benchmark); an offline run names every benchmark it cannot load in its one line."""
+    out = tmp_path / "results"
+    cli_main(
+        ["eval", "--model", tiny_model_dir, "--benchmarks", "synthetic", "--output_dir", str(tmp_path / "syn"), *FAST]
+    )
+    grading = json.loads((tmp_path / "syn" / "summary.json").read_text())["grading"]
+    assert grading["protocol"] == "paper" and grading["judge_model"] is None
+    assert "judge none" in (tmp_path / "syn" / "summary.md").read_text()
+
+    cli_main(["eval", "--model", tiny_model_dir, "--data_dir", data_dir, "--benchmarks", "geometry3k,hallusionbench",
+              "--protocol", "rule", "--output_dir", str(out), *FAST])  # fmt: skip
+    capsys.readouterr()
+    cli_main(["eval", "--rescore", str(out), "--protocol", "rule", "--benchmarks", "geometry3k"])
+    printed = capsys.readouterr().out
+    assert "Only geometry3k shown" in printed and "| HalluBench |" not in printed and "| Geo3K |" in printed
+    assert "| HalluBench |" in (out / "summary.md").read_text()
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code = None
+    try:
+        cli_main(["eval", "--model", tiny_model_dir, "--benchmarks", "geometry3k,mathvista,wemath"])
+    except SystemExit as exit_info:
+        code = exit_info.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "3 benchmarks cannot load (geometry3k, mathvista, wemath)" in err[0]

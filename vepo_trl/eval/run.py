@@ -477,8 +477,11 @@ def _check_usage(args) -> list[Benchmark]:
     return benches
 
 
-def summarize_folder(output_dir: Path, manifest: dict[str, Any], args, seconds: float | None) -> dict[str, Any]:
-    """The summary of everything in the folder under `args.protocol`; written to summary.json / summary.md."""
+def summarize_folder(
+    output_dir: Path, manifest: dict[str, Any], args, seconds: float | None, shown: list[str] | None = None
+) -> dict[str, Any]:
+    """The summary of everything in the folder under `args.protocol`; written to summary.json / summary.md, and
+    printed for `shown` benchmarks only where given (a `--rescore --benchmarks` run prints what it graded)."""
     from .table import paper_rows_for, render_markdown, summarize_benchmark, table_row
 
     summaries = {}
@@ -488,12 +491,18 @@ def summarize_folder(output_dir: Path, manifest: dict[str, Any], args, seconds: 
             summaries[name] = summarize_benchmark(name, records, manifest.get("totals", {}).get(name), args.protocol)
     paper_model, paper = paper_rows_for(args.paper_model, manifest.get("base_model_arg"), manifest.get("model_arg"),
                                         manifest.get("model"))  # fmt: skip
+    from .grading import uses_judge
+
+    grading = _grading_settings(args)
+    if not any(uses_judge(args.protocol, name) for name in summaries):
+        # No benchmark here went to the judge (a synthetic or rule-graded run): the summary names none
+        grading.update(judge_model=None, judge_base_url=None)
     summary = {
         "model": manifest.get("model_arg") or manifest.get("model"),
         "adapter": manifest.get("adapter"),
         "backend": manifest["generation"].get("backend"),
         "generation": manifest["generation"],
-        "grading": _grading_settings(args),
+        "grading": grading,
         "sources": manifest["sources"],
         "seconds_this_run": None if seconds is None else round(seconds, 1),
         "benchmarks": summaries,
@@ -507,6 +516,12 @@ def summarize_folder(output_dir: Path, manifest: dict[str, Any], args, seconds: 
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     markdown = render_markdown(summary)
     (output_dir / "summary.md").write_text(markdown)
+    if shown is not None and set(shown) != set(summaries):
+        only = {name: bench for name, bench in summaries.items() if name in shown}
+        markdown = render_markdown(
+            {**summary, "benchmarks": only, "table": {**summary["table"], "this_run": table_row(only)}}
+        )
+        markdown += f"\n(Only {', '.join(only)} shown; summary.md holds every benchmark of the folder.)\n"
     print(markdown)
     print(f"Records and summary: {output_dir}/")
     return summary
@@ -559,7 +574,8 @@ def rescore(args: argparse.Namespace) -> dict[str, Any]:
     regrade_folder(output_dir, [b.name for b in present], args, judge)
     manifest.setdefault("grading", {})[args.protocol] = _grading_settings(args)
     (output_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    return summarize_folder(output_dir, manifest, args, time.perf_counter() - start)
+    shown = None if args.benchmarks == "all" else [b.name for b in present]
+    return summarize_folder(output_dir, manifest, args, time.perf_counter() - start, shown)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -584,8 +600,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             check_model(getattr(args, flag), f"--{flag}")
     if args.data_dir is not None and not Path(args.data_dir).expanduser().is_dir():
         raise EvalUsageError(f"--data_dir {args.data_dir}: no such folder.")
+    missing = []
     for bench in benches:
-        bench.check_available(args.data_dir)
+        try:
+            bench.check_available(args.data_dir)
+        except EvalDataError as error:
+            missing.append(str(error))
+    if len(missing) == 1:
+        raise EvalDataError(missing[0])
+    if missing:  # every benchmark that cannot load, in one line, not one per rerun
+        names = ", ".join(message.split(":", 1)[0] for message in missing)
+        raise EvalDataError(f"{len(missing)} benchmarks cannot load ({names}): {' | '.join(missing)}")
     state = PartialState()
     backend = _resolve_backend(args, state)
     judge = make_judge(args, benches)  # on every process: one that stopped alone would leave the others waiting

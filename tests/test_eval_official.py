@@ -10,7 +10,7 @@ from vepo_trl.eval.official import (
     mathvista_official_correct,
     wemath_four_dimensional,
 )
-from vepo_trl.eval.table import render_markdown, summarize_benchmark
+from vepo_trl.eval.table import official_lines, render_markdown, summarize_benchmark
 
 
 T, F = True, False
@@ -118,7 +118,23 @@ def test_mathvista_official_against_the_exact_match_headline():
     assert BENCHMARKS["mathvista"].official_metrics([{**records[0], "groups": {}}]) is None
 
 
-def test_summary_shows_both_beside_the_headline():
+def _wemath_records():
+    return [
+        {"id": f"{pid}@{key}", "verdicts": {"paper": {"correct": v, "extracted": "A"}}, "rule_correct": v,
+         "categories": {}, "groups": {"wemath_id": pid, "wemath_key": key}}
+        for pid, key, v in wemath_rows()
+    ]  # fmt: skip
+
+
+def test_official_metrics_are_not_computed_on_a_partial_run():
+    # A --limit 3 We-Math run printed four-dimensional scores of 100.00 beside a 33.33 headline: a slice of the split
+    summary = summarize_benchmark("wemath", _wemath_records(), {"examples": 1740, "limit": 3}, "paper")
+    assert summary["partial"] and summary["official"]["skipped"] == "partial run"
+    lines = official_lines({**summary, "title": "We-Math"})
+    assert lines == ["- We-Math: **We-Math four-dimensional** not computed: partial run (it scores the whole split)."]
+
+
+def test_summary_shows_both_beside_the_headline(standins_as_full_splits):
     wemath = [
         {"id": f"{pid}@{key}", "verdicts": {"paper": {"correct": v, "extracted": "A"}}, "rule_correct": v,
          "categories": {}, "groups": {"wemath_id": pid, "wemath_key": key}}
@@ -154,3 +170,14 @@ def test_summary_shows_both_beside_the_headline():
     # A benchmark with rows still to grade gets no official metric, like its headline
     wemath[0]["verdicts"]["paper"] = {"correct": None, "error": "HTTP 500"}
     assert "official" not in summarize_benchmark("wemath", wemath, len(wemath), "paper")
+
+
+def test_mathvista_letter_only_options_keep_their_choices():
+    """15 testmini items have the option letters as their options' text (choices "A".."D", answer "B"); without
+    the choices stored, calculate_score could not map an extracted letter and marked every one wrong."""
+    row = {"pid": "7", "query": "Which one? Choices: (A) (B) (C) (D)", "answer": "B", "question_type": "multi_choice",
+           "answer_type": "text", "precision": None, "choices": ["A", "B", "C", "D"], "metadata": {"task": "x"}}  # fmt: skip
+    example = BENCHMARKS["mathvista"].to_example(row, 0, None)
+    assert example.gold == "B" and example.choices == ["A", "B", "C", "D"]
+    record = {"gold": example.gold, "choices": example.choices, "groups": example.groups}
+    assert mathvista_official_correct(record, "B") and not mathvista_official_correct(record, "C")

@@ -626,7 +626,9 @@ class MathVista(Benchmark):
             if images
             else [],
             gold=gold,
-            choices=choices if gold != answer else None,
+            # Kept for every multiple-choice item, letter-only options too ("A".."D" as the options' text): MathVista's
+            # calculate_score maps an extracted letter through them, and without them marked those 15 items wrong
+            choices=choices if _text(row["question_type"]) == "multi_choice" else None,
             categories={"task": _text(metadata.get("task")) or "unknown"},
             # The release's judge reads `query`: the hint (precision, answer type), the question and the choices
             judge_question=_text(row["query"]),

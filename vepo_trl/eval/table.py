@@ -136,7 +136,11 @@ def summarize_benchmark(name: str, records: Sequence[Mapping[str, Any]], expecte
         # The official secondary metric reads this protocol's verdicts and extractions
         scored = [{**r, "extracted": _verdict(r, protocol).get("extracted")} for r in scored]
         official = bench.official_metrics(scored)
-        if official is not None:
+        if official is not None and summary["partial"]:
+            # A --limit run or a truncated copy holds a slice of the problems (We-Math scores a problem's steps
+            # together): its official figure would stand for problems it did not see (100 / 100 beside a 33.33)
+            summary["official"] = {"protocol": protocol, "name": official["name"], "skipped": "partial run"}
+        elif official is not None:
             summary["official"] = {"protocol": protocol, **_pct_official(official)}
     return summary
 
@@ -158,6 +162,9 @@ def official_lines(bench: Mapping[str, Any]) -> list[str]:
     official = bench.get("official")
     if not official:
         return []
+    if official.get("skipped"):
+        return [f"- {bench['title']}: **{official['name']}** not computed: {official['skipped']} (it scores the whole "
+                "split)."]  # fmt: skip
     head = (
         f"- {bench['title']}: **{official['name']}** ({official['source']}; on the `{official['protocol']}` verdicts"
     )

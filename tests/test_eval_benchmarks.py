@@ -74,10 +74,27 @@ def test_mathvision_image_first_question_unchanged_and_letter_gold(hub_copy):
     assert examples["4"].judge_question == "How many different digits can you find in this picture?\n<image1>"
     assert examples["4"].gold == "6" and examples["4"].choices is None
     q39 = examples["39"]
-    assert q39.text.startswith("<image>Ingrid") and q39.text.endswith(
-        "?\n<image1>\nChoices:\nA. red\nB. blue\nC. green\nD. Yellow\nE. This cannot be worked out for certain."
-    )
+    # The release's TSV has no options column: the Hub's options are not appended (they changed 184 of 3,040
+    # verdicts), and serve only rule grading's letter -> text
+    assert q39.text.startswith("<image>Ingrid") and q39.text.endswith("question mark?\n<image1>")
+    assert "Choices" not in q39.judge_question and q39.judge_question == q39.text.removeprefix("<image>")
     assert q39.gold == "A" and q39.choices[0] == "red" and q39.categories == {"subject": "logic"}
+
+
+def test_question_text_keeps_its_whitespace_as_in_the_release():
+    """The release builds prompts from the files unchanged (pandas and json keep surrounding whitespace): 81 of
+    1,740 We-Math questions have some, and stripping it changed their prompts and judge prompts."""
+    from vepo_trl.eval.benchmarks import BENCHMARKS
+
+    row = {"ID": "3steps_1", "key": "3", "question": "  What is x? ", "option": "A. 1;B. 2 ", "answer": "A",
+           "image_path": "1.png"}  # fmt: skip
+    example = BENCHMARKS["wemath"].to_example(row, 0, None)
+    assert example.judge_question == "  What is x? \n\nOptions: A. 1;B. 2 "
+    assert example.text == "<image>  What is x? \n\nOptions: A. 1;B. 2 "
+    vision = BENCHMARKS["mathvision"].to_example(
+        {"id": "7", "question": "How many? \n", "answer": "11 ", "options": [], "subject": "counting"}, 0, None
+    )
+    assert vision.judge_question == "How many? \n"
 
 
 def test_mathvista_query_and_choice_text_to_letter(hub_copy):
@@ -246,3 +263,27 @@ def test_a_truncated_copy_is_partial_and_never_averaged():
     })  # fmt: skip
     assert "(partial: Geo3K, MMK12, HalluBench, MathVista, We-Math, MathVerse, MathVision truncated)" in markdown
     assert "PARTIAL: Geo3K" in markdown and "partial: 4 of the paper's 601 rows" in markdown
+
+
+@pytest.mark.parametrize(
+    ("size", "handed", "seen"),
+    [
+        ((512, 512), (512, 512), (504, 504)),  # in bounds: as is, then the processor rounds to 28 (was 532 here)
+        ((3000, 2000), (1224, 816), (1232, 812)),  # above 1,000,000: sqrt scaling, truncated sides
+        ((300, 200), (627, 418), (616, 420)),  # below 262,144: scaled up the same way
+    ],
+)
+def test_eval_images_reach_the_model_as_in_the_release(size, handed, seen):
+    """The release's load_image (eval/utils/processing.py) at its defaults (min 262,144, max 1,000,000 pixels), then
+    the model's own processor, built with Qwen2.5-VL-7B-Instruct's preprocessor_config.json values (min_pixels 3136,
+    max_pixels 12845056), as vLLM applies it there."""
+    from PIL import Image
+    from transformers import Qwen2VLImageProcessor
+
+    from vepo_trl.eval.run import release_image
+
+    image = release_image(Image.new("RGB", size, (10, 200, 30)), 262_144, 1_000_000)
+    assert image.size == handed
+    processor = Qwen2VLImageProcessor(min_pixels=3136, max_pixels=12845056)
+    _, height, width = processor(images=[image], return_tensors="pt")["image_grid_thw"][0].tolist()
+    assert (width * 14, height * 14) == seen

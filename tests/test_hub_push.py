@@ -123,7 +123,7 @@ def test_eval_writes_model_index_and_pushes_the_card(
     from vepo_trl.eval.standins import write_standins
 
     model = tmp_path / "model"
-    shutil.copytree(tiny_model_dir, model)
+    shutil.copytree(tiny_model_dir, model, ignore=shutil.ignore_patterns("README.md"))
     data = write_standins(tmp_path / "standins")
     monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
     for variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
@@ -160,7 +160,7 @@ def test_partial_results_stay_out_of_the_card(tiny_model_dir, tmp_path, capsys):
     from vepo_trl.eval.standins import write_standins
 
     model = tmp_path / "model"
-    shutil.copytree(tiny_model_dir, model)
+    shutil.copytree(tiny_model_dir, model, ignore=shutil.ignore_patterns("README.md"))
     data = write_standins(tmp_path / "standins")
     # The stand-ins are a few rows, not the paper's splits: partial, so nothing may be written as a score
     argv = ["eval", "--model", str(model), "--data_dir", str(data), "--benchmarks", "geometry3k", "--protocol", "rule",

@@ -45,7 +45,9 @@ __all__ = [
 
 # Bump when a prompt or gold mapping changes: a results folder written under another version is refused on resume.
 # 2: the release's system prompt (with its newline); MathVision's question unchanged, image first.
-PROMPT_VERSION = 2
+# 3: images resized as the release's load_image (sqrt scaling to the pixel bounds, then the processor's own rounding);
+#    MathVista's letter-only options kept as choices.
+PROMPT_VERSION = 3
 
 # The system prompt of the release's evaluation (Leonnnnnn929/VEPO @4247308 run_eval.sh): the training prompt with a
 # newline and a space after "final answer." (a bash string spanning two lines), passed to eval/main.py as is.
@@ -311,6 +313,15 @@ def _as_list(value: Any) -> list:
     return [value]
 
 
+def _raw(value: Any) -> str:
+    """A text field exactly as the release reads it (no stripping); whole floats as ints, None as ""."""
+    if value is None:
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)
+
+
 def _text(value: Any) -> str:
     if value is None:
         return ""
@@ -517,8 +528,8 @@ class MathVerse(Benchmark):
 @dataclass
 class MathVision(Benchmark):
     """MathLLMs/MathVision test (3,040): the image first and the question unchanged (`<image1>` included), as the
-    release prompts its MathVision.tsv; options the Hub keeps in a separate column are appended as "Choices:" lines
-    (the release's TSV has no such column).
+    release prompts its MathVision.tsv, on the Hub path too: options the Hub keeps in a separate column are not
+    appended (the release's TSV has no such column; appending them changed 184 of 3,040 verdicts).
 
     The gold is the letter when `options` is non-empty, else the value. Sub-accuracy by `subject`.
     """
@@ -563,9 +574,9 @@ class MathVision(Benchmark):
                 image = _resolve_path(image, [base_dir, base_dir / "images"])
         images = [image] if image not in (None, "") else []
         options = [_text(option) for option in _as_list(row.get("options"))]
-        question = _text(row["question"])
-        if options and parse_inline_options(question) is None:
-            question += "\nChoices:\n" + "\n".join(f"{LETTERS[k]}. {option}" for k, option in enumerate(options))
+        # The question as the release reads it (its MathVision.tsv has no options column, nothing is appended, and
+        # pandas keeps surrounding whitespace): options the Hub keeps apart only serve rule grading's letter -> text
+        question = _raw(row["question"])
         # `<image1>` stays as text: the images go first, as in the release (only `<image>` is a placeholder here)
         return Example(
             id=_text(row["id"]),
@@ -700,7 +711,8 @@ class WeMath(Benchmark):
         option = _text(row["option"])
         key = _text(row["key"])
         choices = [re.sub(r"^[A-J]\.\s*", "", part.strip()) for part in option.split(";") if part.strip()]
-        question = _text(row["question"]) + "\n\nOptions: " + option
+        # The release's f"{question}\n\nOptions: {option}", whitespace as in the file (81 of 1,740 questions have some)
+        question = _raw(row["question"]) + "\n\nOptions: " + _raw(row["option"])
         return Example(
             id=f"{_text(row['ID'])}@{key}",
             text=IMAGE_PLACEHOLDER + question,

@@ -94,7 +94,13 @@ def test_question_text_keeps_its_whitespace_as_in_the_release():
     vision = BENCHMARKS["mathvision"].to_example(
         {"id": "7", "question": "How many? \n", "answer": "11 ", "options": [], "subject": "counting"}, 0, None
     )
-    assert vision.judge_question == "How many? \n"
+    assert vision.judge_question == "How many? \n" and vision.gold == "11 "
+    # The release's exact match never accepts "11" for "11 " (so neither does the paper protocol); a rule reads the value
+    from vepo_trl.eval.grading import rule_grade
+    from vepo_trl.eval.paper import paper_grade
+
+    assert not paper_grade("mathvision", "x", vision.gold, vision.judge_question, lambda prompt, **_: "11").correct
+    assert rule_grade("\\boxed{11}", vision.gold)[1]
 
 
 def test_mathvista_query_and_choice_text_to_letter(hub_copy):

@@ -585,7 +585,8 @@ class MathVision(Benchmark):
             image_refs=[_image_ref(row.get("image") or image, f"{self.split}[{index}].decoded_image")]
             if images
             else [],
-            gold=_text(row["answer"]),
+            # As the release reads it: one answer is "11 ", which its `extracted.strip() == answer` never matches
+            gold=_raw(row["answer"]),
             choices=options or None,
             categories={"subject": _text(row.get("subject")) or "unknown"},
             judge_question=question,

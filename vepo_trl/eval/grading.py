@@ -29,6 +29,7 @@ def rule_grade(completion: str, gold: str, choices: Sequence[str] | None = None)
     extracted = extract_boxed_answer(completion)
     if extracted is None:
         return None, False
+    gold = gold.strip()  # golds keep the release's whitespace (its exact match reads them so); a rule reads the value
     if grade_answer(extracted, gold):
         return extracted, True
     if choices and len(gold) == 1 and gold in LETTERS[: len(choices)]:

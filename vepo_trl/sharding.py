@@ -200,7 +200,8 @@ class VisionTowerAlignment:
         # Only what an image forward feeds the language model (transformers 5: `pooler_output`): under ZeRO-3 each
         # output that receives a gradient enters the tower's backward hook once more, and the processes' recorded
         # module orders must agree
-        features = getattr(features, "pooler_output", None) or features
+        pooled = getattr(features, "pooler_output", None)
+        features = features if pooled is None else pooled
         self._ran = True
         self.dummy_forwards += 1
         return sum(t.float().sum() for t in _tensors(features) if t.is_floating_point()) * 0.0

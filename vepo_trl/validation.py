@@ -392,7 +392,7 @@ def _convert(name: str, text, rule: Rule):
         return [_convert(name, item, Rule("number", rule.valid)) for item in items]
     if not isinstance(text, str):
         return text
-    if text.strip().lower() in ("none", "null") and (rule.optional or rule.kind == "numbers"):
+    if text.strip().lower() in ("none", "null"):
         return None
     if rule.kind in ("choice", "choice_or_bool", "file"):
         return text
@@ -435,6 +435,9 @@ def precheck(argv: list[str], recipe: Mapping | None, rules: Mapping[str, Rule])
     """The command line's and the recipe's values against `rules` and `COMBINATIONS`, before any heavy import."""
     given = values_from(argv, recipe, rules)
     converted = {name: _convert(name, value, rules[name]) for name, value in given.items() if name in rules}
+    # Unset (null / None) is the dataclasses' to judge once built: whether a field may be unset is in its type
+    converted = {name: value for name, value in converted.items() if value is not None}
+    given = {name: value for name, value in given.items() if name not in rules or name in converted}
     check_values({**given, **converted}, rules, early=True)
 
 

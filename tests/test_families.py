@@ -156,7 +156,7 @@ def test_families_rollout_time_scoring_equals_first_use(family_dirs, dataset, tm
 
     if get_family(family).trl_limitation:
         # TRL's own trainer fails on this family's rollout-time forward: shown with the parent (when TRL fixes it,
-        # this fails: drop the limitation and let the family through)
+        # this fails: drop the limitation and VEPOTrainer's workaround, which then steps aside by itself)
         grpo = GRPOTrainer(
             model=family_dirs[family],
             reward_funcs=length_reward,
@@ -165,7 +165,7 @@ def test_families_rollout_time_scoring_equals_first_use(family_dirs, dataset, tm
         )
         with pytest.raises(TypeError, match="batch_num_images"):
             grpo.train()
-        return
+    # VEPOTrainer drops the keyword TRL's forward does not take (the model reads the layout from `image_sizes`)
     trainer = VEPOTrainer(
         model=family_dirs[family],
         reward_funcs=length_reward,
@@ -640,3 +640,24 @@ def test_gaussian_strength_table_is_the_registry_and_the_noise_it_describes():
         noisy = perturb_pixel_values("gaussian", tile[None], None, layout, seed=1, sigma=2.0)[0]
         unit_std = (layout.to_unit(noisy) - layout.to_unit(tile)).flatten(1).std(1)
         torch.testing.assert_close(unit_std, 2.0 * torch.tensor(std), rtol=0.05, atol=0)
+
+
+def test_llava_onevision_trains_with_a_reference_model_where_trls_trainer_cannot(family_dirs, dataset, tmp_path):
+    """beta > 0 runs a reference forward through TRL's log-prob forward, which raises on the processor's
+    `batch_num_images` in GRPOTrainer; VEPOTrainer drops the keyword and trains (`full` and `vepo`)."""
+    model = family_dirs["llava-onevision"]
+    grpo = GRPOTrainer(
+        model=model, reward_funcs=length_reward, args=make_args(tmp_path, GRPOConfig, beta=0.1), train_dataset=dataset
+    )
+    with pytest.raises(TypeError, match="batch_num_images"):
+        grpo.train()
+    for strategy in ("full", "vepo"):
+        trainer = VEPOTrainer(
+            model=model,
+            reward_funcs=length_reward,
+            args=make_args(tmp_path / strategy, beta=0.1, selection_strategy=strategy),
+            train_dataset=dataset,
+        )
+        trainer.train()
+        logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+        assert trainer.state.global_step == 1 and "kl" in logs[0] and math.isfinite(logs[0]["loss"])

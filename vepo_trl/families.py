@@ -147,7 +147,8 @@ FAMILIES: tuple[Family, ...] = (
             "TRL 1.16's GRPOTrainer fails whenever it runs a forward at rollout time (old log-probs when "
             "steps_per_generation x num_iterations does not divide gradient_accumulation_steps, vLLM importance "
             "sampling, a reference model with beta > 0): the processor's `batch_num_images` reaches "
-            "`_get_per_token_logps_and_entropies` as an unknown keyword"
+            "`_get_per_token_logps_and_entropies` as an unknown keyword. VEPOTrainer drops that keyword and trains "
+            "(rollout-time scoring and beta > 0 tested)"
         ),
     ),
     Family(

@@ -43,6 +43,7 @@ from .vllm_prompts import UnexpandedVLLMPrompts, check_vllm_version
 __all__ = ["COUNT_SCALE_KEY", "SELECTION_KEY", "VEPOTrainer"]
 
 logger = logging.getLogger(__name__)
+_TRL_FORWARD_KEYWORDS = frozenset(inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies).parameters)
 
 
 class VEPOTrainer(RestoresCheckpointWeights, UnexpandedVLLMPrompts, GRPOTrainer):
@@ -172,6 +173,11 @@ class VEPOTrainer(RestoresCheckpointWeights, UnexpandedVLLMPrompts, GRPOTrainer)
         return self.selection_pipeline.finish_rollout(output)
 
     def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
+        # LLaVA-OneVision's processor output `batch_num_images` reaches here with the image inputs, and TRL 1.16's
+        # forward takes no such keyword (its rollout-time forward, a reference model, vLLM importance sampling all
+        # raise TypeError); the model reads the images' layout from `image_sizes`. Kept once TRL takes it.
+        if "batch_num_images" in kwargs and "batch_num_images" not in _TRL_FORWARD_KEYWORDS:
+            kwargs.pop("batch_num_images")
         # `compute_loss` already ran the loss forward (to select tokens from it); hand that result to GRPO's loss
         # instead of running the forward again
         if self._pending_forward is not None:

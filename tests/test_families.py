@@ -154,7 +154,7 @@ def test_families_rollout_time_scoring_equals_first_use(family_dirs, dataset, tm
     from .test_rollout_scoring import _mask_with_weights
     from .test_trainer import first_batch
 
-    if get_family(family).trl_limitation:
+    if family == "llava-onevision":
         # TRL's own trainer fails on this family's rollout-time forward: shown with the parent (when TRL fixes it,
         # this fails: drop the limitation and VEPOTrainer's workaround, which then steps aside by itself)
         grpo = GRPOTrainer(
@@ -661,3 +661,29 @@ def test_llava_onevision_trains_with_a_reference_model_where_trls_trainer_cannot
         trainer.train()
         logs = [entry for entry in trainer.state.log_history if "loss" in entry]
         assert trainer.state.global_step == 1 and "kl" in logs[0] and math.isfinite(logs[0]["loss"])
+
+
+def test_inputs_trl_cannot_split_are_refused_at_start_up(family_dirs, dataset, tmp_path):
+    """Gemma 3 with pan-and-scan and LLaVA-OneVision prompts with two images crash inside TRL 1.16 (the parent is
+    shown failing on the latter); VEPOTrainer refuses both in one line before training."""
+    from datasets import Dataset
+    from transformers import AutoProcessor
+
+    rows = [dict(dataset[i]) for i in range(len(dataset))]
+    for row in rows:
+        row["images"] = row["images"] * 2
+        question = [{"type": "image"}, {"type": "image"}, {"type": "text", "text": "Same?"}]
+        row["prompt"] = [row["prompt"][0], {"role": "user", "content": question}]
+    two_images = Dataset.from_list(rows, features=dataset.features)
+    model = family_dirs["llava-onevision"]
+    grpo = GRPOTrainer(model=model, reward_funcs=length_reward, args=make_args(tmp_path, GRPOConfig),
+                       train_dataset=two_images)  # fmt: skip
+    with pytest.raises(RuntimeError, match="split_with_sizes"):  # deep in the model's crop split
+        grpo.train()
+    with pytest.raises(ValueError, match=r"LLaVA-OneVision with 2 images in one prompt \(train_dataset row 0\)"):
+        VEPOTrainer(model=model, reward_funcs=length_reward, args=make_args(tmp_path), train_dataset=two_images)
+    processor = AutoProcessor.from_pretrained(family_dirs["gemma3"])
+    processor.image_processor.do_pan_and_scan = True
+    with pytest.raises(ValueError, match="do_pan_and_scan on"):
+        VEPOTrainer(model=family_dirs["gemma3"], reward_funcs=length_reward, args=make_args(tmp_path),
+                    train_dataset=dataset, processing_class=processor)  # fmt: skip

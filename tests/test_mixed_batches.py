@@ -11,7 +11,6 @@ from trl import GRPOTrainer
 from vepo_trl import VEPOConfig, VEPOTrainer
 from vepo_trl.batch import image_safe_forward, multimodal_inputs, sequence, take_rows
 from vepo_trl.data import synthetic_training_dataset
-from vepo_trl.families import get_family
 from vepo_trl.testing import save_tiny
 
 from .test_trainer import first_batch
@@ -59,8 +58,6 @@ def config(tmp_path, **overrides):
 def test_mixed_data_trains_at_every_batch_arithmetic(
     model_dirs, mixed, tmp_path, family, accumulation, per_generation
 ):
-    if per_generation > accumulation and get_family(family).trl_limitation:
-        pytest.skip(get_family(family).trl_limitation[:80])
     args = config(tmp_path, gradient_accumulation_steps=accumulation, steps_per_generation=per_generation, max_steps=4)
     trainer = VEPOTrainer(model=model_dirs[family], reward_funcs=reward, args=args, train_dataset=mixed)
     trainer.remove_callback(PrinterCallback)

@@ -18,6 +18,7 @@ from .perturb import ImageLayout, PixelLayout
 __all__ = [
     "Family",
     "FAMILIES",
+    "check_family_inputs",
     "family_of",
     "get_family",
     "pixel_layout",
@@ -123,6 +124,10 @@ FAMILIES: tuple[Family, ...] = (
         "images `(n_images, C, H, W)`",
         _tiles_layout(),
         "tiny-gemma3",
+        trl_limitation=(
+            "pan-and-scan (`do_pan_and_scan`) adds crops per image, which TRL 1.16 splits by image count: refused at "
+            "start-up"
+        ),
         reference=("google/gemma-3-4b-it", HALF_STD),
         recipes=("gemma-3-4b-it/",),
     ),
@@ -148,7 +153,8 @@ FAMILIES: tuple[Family, ...] = (
             "steps_per_generation x num_iterations does not divide gradient_accumulation_steps, vLLM importance "
             "sampling, a reference model with beta > 0): the processor's `batch_num_images` reaches "
             "`_get_per_token_logps_and_entropies` as an unknown keyword. VEPOTrainer drops that keyword and trains "
-            "(rollout-time scoring and beta > 0 tested)"
+            "(rollout-time scoring and beta > 0 tested). Prompts with two or more images fail in TRL and are refused "
+            "at start-up"
         ),
     ),
     Family(
@@ -282,3 +288,40 @@ def gaussian_strength_table(sigma: float = 2.0) -> str:
         stds = ", ".join(f"{s:.4g}" for s in std)
         rows.append(f"| {family.name} | `{checkpoint}` | {stds} | {unit} | {matching:.2f} |")
     return "\n".join(rows) + "\n"
+
+
+def check_family_inputs(config, processor, dataset) -> None:
+    """What a family's processor or data would crash on deep inside TRL 1.16, refused at start-up in one line:
+    Gemma 3 with pan-and-scan (extra crops per image, which TRL splits by image count), LLaVA-OneVision with two or
+    more images in one prompt (TRL's and transformers' split of its crops fails)."""
+    family = family_of(config)
+    if family is None:
+        return
+    image_processor = getattr(processor, "image_processor", None)
+    if family.name == "gemma3" and getattr(image_processor, "do_pan_and_scan", False):
+        raise ValueError(
+            "Gemma 3's processor has do_pan_and_scan on: its extra crops per image break TRL 1.16's split of "
+            "pixel_values by image count. Load the processor with do_pan_and_scan=False."
+        )
+    if family.name == "llava-onevision" and dataset is not None:
+        most = _most_images_per_row(dataset)
+        if most is not None and most[1] >= 2:
+            raise ValueError(
+                f"LLaVA-OneVision with {most[1]} images in one prompt (train_dataset row {most[0]}): TRL 1.16 cannot "
+                "split its crops per prompt. Keep one image per prompt for this family."
+            )
+
+
+def _most_images_per_row(dataset) -> tuple[int, int] | None:
+    """(row, image count) of the row with the most images, read off the Arrow table without decoding any image."""
+    import pyarrow.compute as pc
+
+    table = getattr(dataset, "data", None)
+    if table is None or "images" not in getattr(dataset, "column_names", []):
+        return None
+    lengths = pc.list_value_length(table.column("images")).to_pylist()
+    lengths = [0 if n is None else n for n in lengths]
+    if not lengths:
+        return None
+    row = max(range(len(lengths)), key=lengths.__getitem__)
+    return row, lengths[row]

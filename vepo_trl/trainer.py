@@ -29,6 +29,7 @@ from trl.trainer.utils import get_config_model_id
 from .batch import has_active_dropout, image_safe_forward, loss_mask, mark_per_row_pixels, row_images
 from .checkpoint import RestoresCheckpointWeights
 from .config import VEPOConfig
+from .families import check_family_inputs
 from .local_models import resolve_model_name
 from .model_card import build_model_card
 from .perturb import annealed_noise_step, get_perturbation
@@ -90,6 +91,7 @@ class VEPOTrainer(RestoresCheckpointWeights, UnexpandedVLLMPrompts, GRPOTrainer)
         self._token_weights = None
         super().__init__(model, reward_funcs, args, *pos_args, **kwargs)
         self.selection = get_strategy(args.selection_strategy)
+        check_family_inputs(getattr(self.model, "config", None), self.processing_class, self.train_dataset)
         self._pending_forward = None
         layout = None
         if self.selection.needs_perturbed_pass:

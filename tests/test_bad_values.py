@@ -74,7 +74,7 @@ def test_the_table_names_real_fields_and_covers_most_of_them():
         ("--max_completion_length", "0", "whole number >= 1"),
         ("--per_device_train_batch_size", "0", "whole number >= 1"),
         ("--num_generations", "0", ">= 2"),
-        ("--logging_steps", "-1", "above 0"),
+        ("--logging_steps", "-1", ">= 0"),
         ("--max_steps", "0", "-1"),
         ("--top_p", "1.5", "(0, 1]"),
         ("--beta", "nan", ">= 0"),
@@ -281,3 +281,32 @@ def test_push_to_hub_without_the_hub_or_a_token_is_refused_before_training(tmp_p
         hub_unreachable.cache_clear()
     assert_refused(code, err, "no Hugging Face token is set")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--use_peft", "--lora_r", "8"],  # a bare bool flag is true, as transformers' parser reads it
+        ["--bf16=false"],
+        ["--deepspeed", '{"zero_optimization": {"stage": 2}}'],  # inline JSON, which transformers parses
+        ["--top_entropy_quantile", "0", "--selection_strategy", "full"],
+        ["--save_total_limit", "0"],
+    ],
+)
+def test_valid_values_are_not_refused_early(tmp_path, capsys, argv, monkeypatch):
+    """The early check must never refuse what the parsers take (with its type-rules cache present)."""
+    from vepo_trl.validation import early_rules, precheck
+
+    monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path / "cache"))
+    from vepo_trl.validation import save_type_rules
+
+    save_type_rules(RULES)
+    precheck(argv, None, early_rules())  # no ValueError
+
+
+def test_yaml_scalars_for_list_fields_count_as_one_item():
+    from vepo_trl.validation import check_combinations
+
+    check_combinations({"reward_funcs": "accuracy", "reward_weights": 1.0})  # no TypeError, no refusal
+    with pytest.raises(ValueError, match="one weight per reward function"):
+        check_combinations({"reward_funcs": "accuracy", "reward_weights": [0.5, 0.5]})

@@ -131,6 +131,9 @@ def test_eval_writes_model_index_and_pushes_the_card(
     from vepo_trl.local_models import hub_unreachable
 
     hub_unreachable.cache_clear()
+    from huggingface_hub import HfApi
+
+    HfApi(endpoint=hub.endpoint, token=hub.token).create_repo("tester/tiny-vepo")  # the model was pushed before
     argv = ["eval", "--model", str(model), "--data_dir", str(data), "--benchmarks", "geometry3k,hallusionbench",
             "--protocol", "rule", "--output_dir", str(tmp_path / "results"), "--push_to_hub",
             "--hub_model_id", "tester/tiny-vepo", "--hub_token", hub.token, *FAST]  # fmt: skip

@@ -53,7 +53,12 @@ def check_hub_push(token: str | None = None) -> None:
     """A push needs the Hub and a token: a `UsageError` saying which is missing, before anything loads."""
     from huggingface_hub import get_token
 
-    reason = hub_unreachable()
+    reason = None
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE:  # the offline switch the Hub client reads
+        reason = "HF_HUB_OFFLINE is set"
+    elif not any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        unreachable = hub_unreachable()  # a direct TCP connect: behind a proxy it would not tell
+        reason = unreachable if unreachable and "cannot be reached" in unreachable else None
     if reason:
         raise UsageError(
             f"push_to_hub is on, and {reason}: run without it and push later, or where the Hub can be reached."

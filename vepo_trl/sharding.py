@@ -201,7 +201,9 @@ class VisionTowerAlignment:
         # output that receives a gradient enters the tower's backward hook once more, and the processes' recorded
         # module orders must agree
         pooled = getattr(features, "pooler_output", None)
-        features = features if pooled is None else pooled
+        if pooled is not None:
+            # Qwen3-VL feeds its deepstack features to the language model too: their mergers need a gradient as well
+            features = [pooled, getattr(features, "deepstack_features", None)]
         self._ran = True
         self.dummy_forwards += 1
         return sum(t.float().sum() for t in _tensors(features) if t.is_floating_point()) * 0.0
@@ -228,14 +230,17 @@ class VisionTowerAlignment:
 
 
 def gradients_reduce_by_bucket(trainer, model: torch.nn.Module) -> bool:
-    """DeepSpeed ZeRO-2 with a trainable vision tower: gradients are reduced in buckets as they are produced, so a
-    process whose micro-batch has no image (no tower gradient) fills other buckets than one whose has, and the
-    reductions mismatch (gloo: a size error; NCCL: a likely hang)."""
+    """DeepSpeed ZeRO-1 / ZeRO-2 with a trainable part on the image path (the vision tower, or the projector that
+    stays trainable with a frozen tower: LLaVA's `multi_modal_projector`, Qwen's merger): gradients are reduced in
+    buckets of the parameters that got one, so a process whose micro-batch has no image fills other buckets than one
+    whose has, and the reductions mismatch (gloo: a size error; NCCL: a likely hang)."""
     plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
-    if not (getattr(trainer, "is_deepspeed_enabled", False) and plugin is not None and plugin.zero_stage == 2):
+    if not (getattr(trainer, "is_deepspeed_enabled", False) and plugin is not None and plugin.zero_stage in (1, 2)):
         return False
-    vision = _named_child(getattr(model, "model", model), _VISION_NAMES)
-    return vision is not None and any(p.requires_grad for p in vision.parameters())
+    inner = getattr(model, "model", model)
+    language = _named_child(inner, _LANGUAGE_NAMES)
+    image_path = [child for child in inner.children() if child is not language]
+    return any(p.requires_grad for child in image_path for p in child.parameters())
 
 
 def maybe_align_vision_tower(trainer, model: torch.nn.Module) -> VisionTowerAlignment | None:
@@ -276,9 +281,9 @@ class FusedHeadUnshard:
         self.model = model
         self.backbone = getattr(model, getattr(model, "base_model_prefix", ""), None)
         self.unshards = 0  # forwards where the head was unsharded here (tests read it)
-        self._handle = self.backbone.register_forward_pre_hook(self._unshard)
+        self._handle = self.backbone.register_forward_pre_hook(self._unshard, with_kwargs=True)
 
-    def _unshard(self, module, args):
+    def _unshard(self, module, args, kwargs):
         from torch.distributed.fsdp import FSDPModule
         from torch.distributed.tensor import DTensor
 
@@ -288,7 +293,10 @@ class FusedHeadUnshard:
         if len(head._get_fsdp_state()._modules) > 1:  # grouped with a module the backbone runs: unsharded there
             return None
         weight = head.weight
-        head(torch.empty(0, weight.shape[-1], dtype=weight.dtype, device=weight.device))
+        # On the compute device: the backbone's inputs are there (with CPU offload the sharded weight is not)
+        like = next((t for t in (*kwargs.values(), *args) if isinstance(t, torch.Tensor)), None)
+        device = like.device if like is not None else weight.device
+        head(torch.empty(0, weight.shape[-1], dtype=weight.dtype, device=device))
         self.unshards += 1
         return None
 

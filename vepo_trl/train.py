@@ -220,6 +220,27 @@ def _check_model_family(model_args, training_args) -> None:
         )
 
 
+def _model_image_factor(model_args) -> int | None:
+    """The model's image multiple (`local_models.image_factor_of`), the same on a first run and on its resume: a
+    built-in tiny model is built first (seconds), a Hub model's processor config is fetched if not cached yet (a few
+    KB), so the data are resized alike before and after the model reaches the cache."""
+    name, revision = model_args.model_name_or_path, model_args.model_revision
+    if name and name.startswith("tiny-"):
+        name = resolve_model_name(name)
+    factor = image_factor_of(name, revision)
+    if factor is None and name and not Path(name).expanduser().exists():
+        from huggingface_hub import hf_hub_download
+
+        for filename in ("preprocessor_config.json", "processor_config.json"):
+            try:
+                hf_hub_download(name, filename, revision=revision)
+                break
+            except Exception:  # not in this repo, or no network: the default multiple
+                continue
+        factor = image_factor_of(name, revision)
+    return factor
+
+
 def _check_processor_files(name: str | None) -> None:
     """A local model or adapter folder must hold its processor (the run loads it from there, after the weights)."""
     path = Path(name).expanduser() if name else None
@@ -378,7 +399,7 @@ def _run(script_args, training_args, model_args, *, quiet: bool) -> VEPOTrainer:
         print(plan.message)
 
     # The data before the model: a bad file is reported before minutes of model loading
-    image_factor = image_factor_of(model_args.model_name_or_path, model_args.model_revision)
+    image_factor = _model_image_factor(model_args)
     train_dataset = load_dataset_split(
         script_args.dataset_name,
         script_args.dataset_train_split,

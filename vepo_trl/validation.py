@@ -96,9 +96,9 @@ RANGES: dict[str, Rule] = {
     "generation_batch_size": _whole(_at_least(1), "a whole number >= 1, or unset", True),
     "num_iterations": _whole(_at_least(1), "a whole number >= 1"),
     "max_steps": _whole(lambda v: v == -1 or v >= 1, "a whole number >= 1 (or -1: train num_train_epochs)"),
-    "logging_steps": _number(_above(0), "above 0 (a step count, or a fraction of the run below 1)"),
-    "save_steps": _number(_above(0), "above 0 (a step count, or a fraction of the run below 1)"),
-    "eval_steps": _number(_above(0), "above 0, or unset", True),
+    "logging_steps": _number(_at_least(0), ">= 0 (a step count, or a fraction of the run below 1)"),
+    "save_steps": _number(_at_least(0), ">= 0 (a step count, or a fraction of the run below 1)"),
+    "eval_steps": _number(_at_least(0), ">= 0, or unset", True),
     "eval_delay": _number(_at_least(0), ">= 0"),
     "num_train_epochs": _number(_above(0), "above 0"),
     "learning_rate": _number(_above(0), "above 0 (the paper: 1e-6)"),
@@ -112,7 +112,7 @@ RANGES: dict[str, Rule] = {
     "neftune_noise_alpha": _number(_above(0), "above 0, or unset", True),
     "seed": _whole(_between(0, 2**32 - 1), "a whole number in 0..2**32-1"),
     "data_seed": _whole(_between(0, 2**32 - 1), "a whole number in 0..2**32-1, or unset", True),
-    "save_total_limit": _whole(_at_least(1), "a whole number >= 1 (checkpoints kept), or unset", True),
+    "save_total_limit": _whole(_at_least(0), "a whole number >= 0 (checkpoints kept), or unset", True),
     "torch_empty_cache_steps": _whole(_at_least(1), "a whole number >= 1, or unset", True),
     "eval_accumulation_steps": _whole(_at_least(1), "a whole number >= 1, or unset", True),
     "dataloader_num_workers": _whole(_at_least(0), "a whole number >= 0"),
@@ -130,9 +130,9 @@ RANGES: dict[str, Rule] = {
     "beta": _number(_at_least(0), ">= 0 (0: no reference model)"),
     "epsilon": _number(_above(0), "above 0 (the clip range)"),
     "epsilon_high": _number(_above(0), "above 0, or unset", True),
-    "delta": _number(_above(1), "above 1 (above 1 + epsilon recommended), or unset", True),
+    "delta": _number(_above(0), "above 0 (above 1 + epsilon recommended), or unset", True),
     "reward_weights": Rule("numbers", "finite numbers, one per reward function", optional=True),
-    "top_entropy_quantile": _number(_between(0, 1, low_open=True), "in (0, 1]"),
+    "top_entropy_quantile": _number(_between(0, 1), "in [0, 1]"),
     "router_aux_loss_coef": _number(_at_least(0), ">= 0"),
     "sapo_temperature_neg": _number(_above(0), "above 0"),
     "sapo_temperature_pos": _number(_above(0), "above 0"),
@@ -203,6 +203,11 @@ RANGES: dict[str, Rule] = {
 }
 
 
+def _as_list(value) -> list:
+    """A YAML scalar (`reward_funcs: accuracy`, `reward_weights: 1.0`) as the one-item list the run makes of it."""
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
 @dataclass(frozen=True)
 class Combination:
     """A constraint between fields, checked where each of `fields` has a value."""
@@ -234,10 +239,10 @@ COMBINATIONS: list[Combination] = [
     ),
     Combination(
         ("reward_weights", "reward_funcs"),
-        lambda weights, funcs: len(weights) == len(funcs),
+        lambda weights, funcs: len(_as_list(weights)) == len(_as_list(funcs)),
         lambda weights, funcs: (
-            f"--reward_weights {' '.join(str(w) for w in weights)}: one weight per reward function, and "
-            f"--reward_funcs has {len(funcs)} ({' '.join(funcs)})."
+            f"--reward_weights {' '.join(str(w) for w in _as_list(weights))}: one weight per reward function, and "
+            f"--reward_funcs has {len(_as_list(funcs))} ({' '.join(_as_list(funcs))})."
         ),
         early=False,  # after the reward names are known to exist (an unknown name is the first thing to say)
     ),
@@ -333,6 +338,8 @@ def check_value(name: str, value, rule: Rule):
 
         if isinstance(value, Mapping) or (isinstance(value, str) and Path(value).expanduser().is_file()):
             return value
+        if isinstance(value, str) and (value.lstrip().startswith("{") or not value.endswith(".json")):
+            return value  # inline JSON (transformers parses it) or accelerate's base64: not a path
         what = "is a folder" if isinstance(value, str) and Path(value).expanduser().is_dir() else "does not exist"
         raise ValueError(f"--{name} {_show(value)}: {what}; must be {rule.valid}.")
     if rule.kind == "numbers":
@@ -398,6 +405,8 @@ def _convert(name: str, text, rule: Rule):
         return text
     if rule.kind == "bool":
         lowered = text.strip().lower()
+        if lowered == "":  # a bare `--bf16`: transformers' parser reads it as true
+            return True
         if lowered in ("true", "yes", "1", "t", "y"):
             return True
         if lowered in ("false", "no", "0", "f", "n"):

@@ -354,9 +354,11 @@ def release_image(image, min_pixels: int, max_pixels: int):
     512x512 image reaches the model as 504x504 (a 28-rounding `smart_resize` at 262,144 pixels made it 532x532)."""
     import math
 
-    from ..data.loaders import _read_image
+    from ..data.loaders import MAX_RATIO, _read_image
 
     image = _read_image(image, None).convert("RGB")
+    if max(image.size) / max(min(image.size), 1) > MAX_RATIO:  # the processor's smart_resize would raise mid-run
+        raise ValueError(f"aspect ratio of {image.width}x{image.height} is over {MAX_RATIO}")
     if image.width * image.height > max_pixels:
         factor = math.sqrt(max_pixels / (image.width * image.height))
         image = image.resize((int(image.width * factor), int(image.height * factor)))
@@ -488,8 +490,13 @@ def _check_usage(args) -> list[Benchmark]:
             raise EvalUsageError("--push_to_hub needs --hub_model_id (owner/name): the repo the card goes to.")
         if args.no_model_card:
             raise EvalUsageError("--push_to_hub pushes the model card, and --no_model_card leaves it unwritten.")
+        if not Path(args.adapter or args.model or "").expanduser().is_dir():
+            raise EvalUsageError("--push_to_hub pushes the card of a local model folder; --model is not one.")
+        from .card import check_push_target
+
         try:
             check_hub_push(args.hub_token)
+            check_push_target(args.hub_model_id, args.hub_token)
         except ValueError as error:
             raise EvalUsageError(str(error)) from None
     return benches
@@ -716,12 +723,16 @@ def _update_model_card(args, summary: dict[str, Any]) -> None:
 
     folder = Path(args.adapter or args.model or "").expanduser()
     if args.no_model_card or not folder.is_dir():
-        if args.push_to_hub:
-            raise EvalUsageError(
-                f"--push_to_hub: {args.model} is not a local model folder whose card could be written."
-            )
         return
-    written = write_model_index(folder, summary, args.hub_model_id or folder.name)
+    card = folder / "README.md"
+    if card.is_symlink() or not os.access(folder, os.W_OK):  # a Hub cache snapshot, a read-only shared folder
+        print(f"Model card: {folder} is not a folder this run may write its card into; results stay in the summary.")
+        return
+    try:
+        written = write_model_index(folder, summary, args.hub_model_id or folder.name)
+    except (OSError, ValueError) as error:  # an unwritable card, a model-index huggingface_hub cannot parse
+        print(f"Model card: not updated ({type(error).__name__}: {error}).")
+        return
     if written is None:
         print(f"Model card: no complete benchmark result to write into {folder / 'README.md'} (partial runs are not).")
         return
@@ -729,7 +740,10 @@ def _update_model_card(args, summary: dict[str, Any]) -> None:
     note = f" ({', '.join(left_out)} left out: partial)" if left_out else ""
     print(f"Model card: results written into {path} as model-index metadata{note}.")
     if args.push_to_hub:
-        print(f"Model card pushed: {push_card(path, args.hub_model_id, args.hub_token)}")
+        try:
+            print(f"Model card pushed: {push_card(path, args.hub_model_id, args.hub_token)}")
+        except (OSError, ValueError) as error:  # the Hub went away during the eval: the card is written locally
+            raise EvalUsageError(f"the card is written in {path}, but the push failed: {error}") from None
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

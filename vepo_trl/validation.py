@@ -464,6 +464,14 @@ def _type_rules_file():
         key = "-".join(version(name) for name in ("trl", "transformers", "vepo-trl"))
     except PackageNotFoundError:
         return None
+    # The modules declaring vepo_trl's own fields and rules too: an editable install changes them without a version
+    import hashlib
+
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha256(
+        b"".join((here / name).read_bytes() for name in ("validation.py", "config.py", "train.py"))
+    )
+    key += "-" + digest.hexdigest()[:12]
     root = Path(os.environ.get("VEPO_TRL_CACHE") or Path.home() / ".cache" / "vepo_trl")
     return root / f"field-rules-{key}.json"
 

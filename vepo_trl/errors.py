@@ -7,6 +7,7 @@ with status 2 (argparse's convention); from Python it is a `ValueError` with the
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import NoReturn
 
@@ -24,6 +25,13 @@ def fail(prog: str, message: object) -> NoReturn:
     """Print `<prog>: error: <message>` as one line on stderr and exit with status 2."""
     print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
     sys.exit(2)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors on one line (no usage block) and exit code 2, as every vepo-trl command reports."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(self.prog, message)
 
 
 def check_output_folder(flag: str, folder) -> None:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import check_output_folder, fail
+from ..errors import OneLineParser, check_output_folder
 from ..local_models import TINY_MODEL, check_hub_push, resolve_model_name
 from .benchmarks import (
     BENCHMARKS,
@@ -47,17 +47,10 @@ class EvalUsageError(ValueError):
     """A mistake on the command line, reported as one line and exit code 2 before any model loads."""
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse with its errors on one line (no usage block), exit code 2, as every vepo-trl command."""
-
-    def error(self, message: str):
-        fail(self.prog, message)
-
-
 def make_parser() -> argparse.ArgumentParser:
     from .grading import PROTOCOL_HELP, PROTOCOLS
 
-    parser = _OneLineParser(
+    parser = OneLineParser(
         prog="vepo-trl eval",
         description="Greedy evaluation on the paper's seven benchmarks (or a subset), with a Table-1 summary.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import check_output_folder
+from ..errors import OneLineParser, check_output_folder
 from .commands import (
     UsageError,
     _add_generation_args,
@@ -18,7 +18,6 @@ from .commands import (
     _dataset_bounds,
     _load_model,
     _load_rows,
-    _Parser,
     _pixel_bounds,
     _read_recipe,
     _settings,
@@ -43,7 +42,7 @@ Example:
 
 
 def analyze_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="vepo-trl analyze", description=ANALYZE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     data = parser.add_argument_group("data")

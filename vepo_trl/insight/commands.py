@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from ..errors import UsageError, fail  # noqa: F401  (the commands' one-line errors, re-exported)
 from ..local_models import TINY_MODEL, check_model_name
@@ -22,13 +22,6 @@ from ..local_models import TINY_MODEL, check_model_name
 SYNTHETIC_DATASET = "synthetic"
 # Rows of `synthetic` a training run generates unless its recipe says otherwise (`synthetic_rows`'s default)
 SYNTHETIC_ROWS = 256
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with its errors on one line (no usage block), exit code 2."""
-
-    def error(self, message: str) -> NoReturn:
-        fail(self.prog, message)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

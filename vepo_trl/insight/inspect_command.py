@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from ..errors import check_output_folder
+from ..errors import OneLineParser, check_output_folder
 from .commands import (
     SYNTHETIC_DATASET,
     SYNTHETIC_ROWS,
@@ -20,7 +20,6 @@ from .commands import (
     _dataset_bounds,
     _load_model,
     _load_rows,
-    _Parser,
     _pixel_bounds,
     _read_recipe,
     _rewards,
@@ -48,7 +47,7 @@ Examples:
 
 
 def inspect_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="vepo-trl inspect", description=INSPECT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     source = parser.add_argument_group("source")

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import check_output_folder
+from ..errors import OneLineParser, check_output_folder
 from .commands import (
     UsageError,
-    _Parser,
     fail,
 )
 
@@ -30,7 +29,9 @@ Examples:
 
 
 def plot_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="vepo-trl plot", description=PLOT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(
+        prog="vepo-trl plot", description=PLOT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="Run folders or log files.")
     parser.add_argument("--labels", nargs="+", help="One name per run (default: the folder names).")
     parser.add_argument("--output_dir", help="Where the PNGs go (default: RUN_DIR/plots of the first run).")

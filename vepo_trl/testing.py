@@ -28,6 +28,8 @@ from transformers import (
     Qwen2VLVideoProcessor,
 )
 
+from .utils import cache_root
+
 
 # Qwen2.5-VL's special tokens, in the order of the real tokenizer (ids 151643.. there, right after the BPE vocab here)
 QWEN_SPECIAL_TOKENS = (
@@ -251,7 +253,7 @@ def tiny_model_path(cache_dir: str | os.PathLike | None = None, seed: int = 0, f
     cache)."""
     if family not in TINY_BUILDERS:
         raise ValueError(f"No tiny model for family {family!r}. Families: {', '.join(TINY_BUILDERS)}.")
-    root = Path(cache_dir or os.environ.get("VEPO_TRL_CACHE") or Path.home() / ".cache" / "vepo_trl")
+    root = Path(cache_dir) if cache_dir else cache_root()
     path = root / f"tiny-{family}-seed{seed}"
     if (path / "vepo_tiny.json").exists():
         return path

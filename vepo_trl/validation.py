@@ -456,9 +456,10 @@ def precheck(argv: list[str], recipe: Mapping | None, rules: Mapping[str, Rule])
 
 
 def _type_rules_file():
-    import os
     from importlib.metadata import PackageNotFoundError, version
     from pathlib import Path
+
+    from .utils import cache_root
 
     try:
         key = "-".join(version(name) for name in ("trl", "transformers", "vepo-trl"))
@@ -472,8 +473,7 @@ def _type_rules_file():
         b"".join((here / name).read_bytes() for name in ("validation.py", "config.py", "train.py"))
     )
     key += "-" + digest.hexdigest()[:12]
-    root = Path(os.environ.get("VEPO_TRL_CACHE") or Path.home() / ".cache" / "vepo_trl")
-    return root / f"field-rules-{key}.json"
+    return cache_root() / f"field-rules-{key}.json"
 
 
 def save_type_rules(rules: Mapping[str, Rule]) -> None:

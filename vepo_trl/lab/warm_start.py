@@ -24,6 +24,7 @@ import torch
 from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
 
 from ..testing import QWEN2_5_VL_CHAT_TEMPLATE, TinyModelConfig, build_model, build_tokenizer
+from ..utils import cache_root
 from .tasks import DEFAULT_TASK, get_task, lab_corpus, make_rl_dataset, make_sft_dataset
 
 
@@ -230,7 +231,7 @@ def warm_start_path(
     from accelerate import PartialState
 
     config = config or WarmStartConfig()
-    root = Path(cache_dir or os.environ.get("VEPO_TRL_CACHE") or Path.home() / ".cache" / "vepo_trl")
+    root = Path(cache_dir) if cache_dir else cache_root()
     path = root / f"lab-warm-start-{config.key()}"
     with PartialState().main_process_first():
         if (path / MARKER).exists():

@@ -206,7 +206,7 @@ class VEPOConfig(GRPOConfig):
     def __post_init__(self):
         # Every value against its rule (`vepo_trl.validation`), before TRL's own checks, some of which divide by these.
         # YAML and Python callers bypass argparse's conversion: `noise_step: 500.0` is stored as 500, 500.7 refused
-        check_object(self, _rules())
+        check_object(self, rules_for(VEPOConfig))
         if self.bf16 is None:
             # GRPOConfig would turn an unset bf16 into True, which TrainingArguments then rejects on a CPU
             self.bf16 = not self.fp16 and not self.use_cpu and _hardware_supports_bf16()
@@ -237,15 +237,6 @@ class VEPOConfig(GRPOConfig):
             self.perturbation_seed = self.seed
 
 
-def _rules():
-    """Every VEPOConfig field's rule (`validation.rules_for`), built once."""
-    global _RULES
-    if _RULES is None:
-        _RULES = rules_for(VEPOConfig)
-    return _RULES
-
-
-_RULES = None
 
 
 def _hardware_supports_bf16() -> bool:

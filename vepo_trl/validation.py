@@ -16,6 +16,7 @@ built (`check_values`), so the Python API gets the same refusals.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 from collections.abc import Callable, Iterable, Mapping
@@ -290,18 +291,26 @@ def rules_for(*dataclass_types) -> dict[str, Rule]:
     """The rule of every field of `dataclass_types` that has one: `RANGES` first, else its type's."""
     rules = {}
     for cls in dataclass_types:
-        annotations = _annotations(cls)
-        for field in dataclasses.fields(cls):
-            if not field.init:
-                continue
-            annotation = annotations.get(field.name, field.type)
-            rule = RANGES.get(field.name) or _type_rule(field, annotation)
-            if rule is None:
-                continue
-            # A field the dataclass lets be None (unset) keeps that, whatever RANGES says
-            if _allows_none(annotation) and not rule.optional:
-                rule = dataclasses.replace(rule, optional=True)
-            rules[field.name] = rule
+        rules.update(_class_rules(cls))
+    return rules
+
+
+@functools.cache
+def _class_rules(cls) -> dict[str, Rule]:
+    """One class's rules, derived once per process (every config built, every parse reads them)."""
+    rules = {}
+    annotations = _annotations(cls)
+    for field in dataclasses.fields(cls):
+        if not field.init:
+            continue
+        annotation = annotations.get(field.name, field.type)
+        rule = RANGES.get(field.name) or _type_rule(field, annotation)
+        if rule is None:
+            continue
+        # A field the dataclass lets be None (unset) keeps that, whatever RANGES says
+        if _allows_none(annotation) and not rule.optional:
+            rule = dataclasses.replace(rule, optional=True)
+        rules[field.name] = rule
     return rules
 
 

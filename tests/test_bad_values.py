@@ -47,6 +47,11 @@ def assert_refused(code, err, *needles):
         assert needle in lines[0], (needle, lines[0])
 
 
+def train_argv(output_dir, *flags):
+    """`vepo-trl train` on the tiny recipe into `output_dir`, with `flags`."""
+    return ["train", "--config", TINY_RECIPE, "--output_dir", str(output_dir), *flags]
+
+
 def settable_fields():
     return {f.name for cls in CLASSES for f in dataclasses.fields(cls) if f.init}
 
@@ -113,7 +118,7 @@ def test_named_bad_values_end_in_one_line_before_anything_loads(tmp_path, capsys
     ],
 )
 def test_combinations_are_refused_in_one_line(tmp_path, capsys, argv, needle):
-    code, out, err = run_cli(["train", "--config", TINY_RECIPE, "--output_dir", str(tmp_path / "out"), *argv], capsys)
+    code, out, err = run_cli(train_argv(tmp_path / "out", *argv), capsys)
     assert_refused(code, err, needle)
     assert not (tmp_path / "out").exists()
 
@@ -124,15 +129,7 @@ def test_a_model_family_without_an_adapter_is_refused_before_its_weights_load(tm
     model = tmp_path / "llava-1.5"
     LlavaConfig().save_pretrained(model)  # config.json only: any weight load would fail loudly
     (model / "processor_config.json").write_text("{}")
-    argv = [
-        "train",
-        "--config",
-        TINY_RECIPE,
-        "--output_dir",
-        str(tmp_path / "out"),
-        "--model_name_or_path",
-        str(model),
-    ]
+    argv = train_argv(tmp_path / "out", "--model_name_or_path", str(model))
     code, out, err = run_cli(argv, capsys)
     assert_refused(code, err, "'llava' model", "no perturbation adapter", "qwen2.5-vl", "--selection_strategy entropy")
     assert not (tmp_path / "out").exists()
@@ -143,15 +140,7 @@ def test_a_folder_without_its_processor_is_refused_before_its_weights_load(tmp_p
     folder = tmp_path / kind
     folder.mkdir()
     (folder / ("config.json" if kind == "model" else "adapter_config.json")).write_text('{"model_type": "qwen2_5_vl"}')
-    argv = [
-        "train",
-        "--config",
-        TINY_RECIPE,
-        "--output_dir",
-        str(tmp_path / "out"),
-        "--model_name_or_path",
-        str(folder),
-    ]
+    argv = train_argv(tmp_path / "out", "--model_name_or_path", str(folder))
     code, out, err = run_cli(argv, capsys)
     assert_refused(code, err, f"the {kind} folder has no processor files")
 
@@ -188,7 +177,7 @@ def test_generated_bad_values_are_refused_in_one_line(name, data, tmp_path, caps
     folder.mkdir(exist_ok=True)
     (folder / "keep.txt").write_text("mine")
     value = data.draw(st.sampled_from(invalid_values(name, tmp_path)))
-    argv = ["train", "--config", TINY_RECIPE, "--output_dir", str(folder), f"--{name}", value]
+    argv = train_argv(folder, f"--{name}", value)
     code, out, err = run_cli(argv, capsys)
     assert_refused(code, err, name)
     assert sorted(p.name for p in folder.iterdir()) == ["keep.txt"]
@@ -261,7 +250,7 @@ def test_push_to_hub_without_the_hub_or_a_token_is_refused_before_training(tmp_p
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     hub_unreachable.cache_clear()
-    argv = ["train", "--config", TINY_RECIPE, "--output_dir", str(tmp_path / "out"), "--push_to_hub", "true"]
+    argv = train_argv(tmp_path / "out", "--push_to_hub", "true")
     code, out, err = run_cli([*argv, "--hub_model_id", "someone/x"], capsys)
     assert_refused(code, err, "push_to_hub is on, and HF_HUB_OFFLINE is set: run without it")
     # Reachable (a listening port on 127.0.0.1 as the endpoint) but no token anywhere

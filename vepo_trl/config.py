@@ -237,8 +237,6 @@ class VEPOConfig(GRPOConfig):
             self.perturbation_seed = self.seed
 
 
-
-
 def _hardware_supports_bf16() -> bool:
     import torch
 

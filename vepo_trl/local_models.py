@@ -39,6 +39,11 @@ def hub_unreachable() -> str | None:
     for variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
         if os.environ.get(variable, "").strip().lower() in _TRUE:
             return f"{variable} is set"
+    return _hub_connect_problem()
+
+
+def _hub_connect_problem() -> str | None:
+    """One TCP connect to `HF_ENDPOINT` (3 s timeout): why it failed, or None."""
     endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
     parsed = urlparse(endpoint)
     host, port = parsed.hostname or "huggingface.co", parsed.port or (80 if parsed.scheme == "http" else 443)
@@ -57,8 +62,7 @@ def check_hub_push(token: str | None = None) -> None:
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE:  # the offline switch the Hub client reads
         reason = "HF_HUB_OFFLINE is set"
     elif not any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        unreachable = hub_unreachable()  # a direct TCP connect: behind a proxy it would not tell
-        reason = unreachable if unreachable and "cannot be reached" in unreachable else None
+        reason = _hub_connect_problem()  # a direct TCP connect: behind a proxy it would not tell
     if reason:
         raise UsageError(
             f"push_to_hub is on, and {reason}: run without it and push later, or where the Hub can be reached."

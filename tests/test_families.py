@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from datasets import Dataset
 from PIL import Image
-from transformers import AutoModelForImageTextToText, AutoProcessor, LlavaConfig
+from transformers import AutoModelForImageTextToText, AutoProcessor, LlavaConfig, set_seed
 from trl import GRPOConfig, GRPOTrainer
 
 from vepo_trl import VEPOConfig, VEPOTrainer
@@ -196,18 +197,74 @@ def test_families_idle_process_dummy_forward(family_dirs, dataset, tmp_path, fam
     assert calls and "pixel_values" in trainer.perturbed_pass._dummy_inputs
 
 
-@pytest.mark.parametrize("family", [family.name for family in FAMILIES if family.trl_failure])
-def test_families_left_out_fail_in_trls_own_trainer(family_dirs, tmp_path, family):
-    """A family left out is one TRL's GRPOTrainer itself cannot train: two prompts of different lengths per batch.
-    When TRL fixes it, this test fails: move the family in."""
+def unequal_prompts(n=8):
+    """Prompts of different lengths in one batch: each row's question padded with its own number of words."""
+    rows = synthetic_training_dataset(n, seed=0).to_list()
+    for i, row in enumerate(rows):
+        part = next(p for p in row["prompt"][-1]["content"] if p["type"] == "text")
+        part["text"] += " Think." * i
+    return Dataset.from_list(rows, features=synthetic_training_dataset(n, seed=0).features)
+
+
+def test_families_mistral3_unequal_prompts_fail_in_trls_own_trainer(family_dirs, tmp_path):
+    """TRL 1.16's GRPOTrainer cannot tokenise Mistral 3 prompts of different lengths (PixtralProcessor returns tensors
+    by default). When TRL fixes it, this test fails: `prompt_padding` then steps aside on its own."""
     trainer = GRPOTrainer(
-        model=family_dirs[family],
+        model=family_dirs["mistral3"],
         reward_funcs=length_reward,
-        args=make_args(tmp_path, GRPOConfig, per_device_train_batch_size=8),
-        train_dataset=synthetic_training_dataset(8, seed=0),
+        args=make_args(tmp_path, GRPOConfig, per_device_train_batch_size=8, num_generations=2),
+        train_dataset=unequal_prompts(),
     )
     with pytest.raises(ValueError, match="Unable to create tensor"):
         trainer.train()
+
+
+def test_families_mistral3_unequal_prompts_train_with_each_prompt_as_tokenised_alone(family_dirs, tmp_path):
+    """VEPOTrainer pads then unpads Mistral 3's prompts: each prompt's ids equal that prompt tokenised alone, the
+    images are the processor's, and `full` trains exactly as GRPOTrainer does with the same tokenisation."""
+    from vepo_trl.prompt_padding import UnpaddedPromptIds, text_returns_tensors
+
+    data = unequal_prompts()
+    args = make_args(tmp_path, per_device_train_batch_size=8, num_generations=2, selection_strategy="full")
+    vepo = VEPOTrainer(model=family_dirs["mistral3"], reward_funcs=length_reward, args=args, train_dataset=data)
+    assert text_returns_tensors(vepo.processing_class)
+    prompts = [row["prompt"] for row in data]
+    for prompt, image in zip(prompts, data["images"]):
+        prompt[-1]["content"][0]["image"] = image[0]
+    ids, images, fields = vepo._tokenize_prompts(prompts)
+    assert len({len(row) for row in ids}) > 1 and isinstance(ids[0], list)
+    assert vepo.processing_class.apply_chat_template.__func__ is type(vepo.processing_class).apply_chat_template
+    for prompt, row in zip(prompts, ids):
+        alone = vepo.processing_class.apply_chat_template(
+            [prompt], add_generation_prompt=True, tokenize=True, return_dict=True
+        )
+        assert alone["input_ids"][0].tolist() == row
+    assert fields["pixel_values"].shape[0] == len(prompts) and "image_sizes" in fields
+
+    class PaddedGRPO(UnpaddedPromptIds, GRPOTrainer):
+        pass
+
+    grpo = PaddedGRPO(
+        model=family_dirs["mistral3"],
+        reward_funcs=length_reward,
+        args=make_args(tmp_path, GRPOConfig, per_device_train_batch_size=8, num_generations=2),
+        train_dataset=data,
+    )
+    grpo.model.load_state_dict(vepo.model.state_dict())
+    for trainer in (vepo, grpo):
+        set_seed(0)  # the same rollouts
+        trainer.train()
+    assert vepo.state.log_history[0]["reward"] == grpo.state.log_history[0]["reward"]
+    for (name, p), q in zip(vepo.model.named_parameters(), grpo.model.parameters()):
+        assert torch.equal(p, q), name
+
+
+def test_families_prompt_padding_leaves_other_processors_alone():
+    from vepo_trl.prompt_padding import text_returns_tensors
+
+    for family in FAMILY_NAMES:
+        processor = build_tiny(family)[1]
+        assert text_returns_tensors(processor) == (family == "mistral3"), family
 
 
 @pytest.mark.parametrize("family", TRAINABLE)
@@ -522,7 +579,7 @@ def test_families_demo_runs_on_a_family(tmp_path, monkeypatch):
     assert (tmp_path / "cache" / "tiny-gemma3-seed0").is_dir()
 
 
-@pytest.mark.parametrize(("family", "expected"), [("llava", "one of qwen2-vl, "), ("mistral3", "PixtralProcessor")])
+@pytest.mark.parametrize(("family", "expected"), [("llava", "one of qwen2-vl, "), ("no-such", "one of qwen2-vl, ")])
 def test_families_demo_refuses_a_family_in_one_line(capsys, family, expected):
     from vepo_trl.cli import main
 

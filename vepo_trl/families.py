@@ -192,10 +192,10 @@ FAMILIES: tuple[Family, ...] = (
         _tiles_layout(crop_to_image_sizes=True),
         "tiny-mistral3",
         reference=("mistralai/Mistral-Small-3.1-24B-Instruct-2503", CLIP_STD),
-        trl_failure=(
+        trl_limitation=(
             "TRL 1.16's GRPOTrainer fails on any batch whose prompts differ in length: PixtralProcessor returns "
-            "tensors by default, so TRL's unpadded prompt tokenisation raises 'Unable to create tensor, you should "
-            "probably activate truncation and/or padding'"
+            "tensors by default, so TRL's unpadded prompt tokenisation raises 'Unable to create tensor'. VEPOTrainer "
+            "tokenises such prompts padded and drops the padding (`prompt_padding`), as TRL does for transformers 5.3"
         ),
     ),
 )

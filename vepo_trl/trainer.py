@@ -34,6 +34,7 @@ from .local_models import resolve_model_name
 from .model_card import build_model_card
 from .perturb import annealed_noise_step, get_perturbation
 from .perturbed_pass import PerturbedPass, check_lm_head, check_vision_support
+from .prompt_padding import UnpaddedPromptIds
 from .run_folder import foreign_card
 from .scoring import TOKEN_COUNT_NORMALISED_LOSSES, get_strategy
 from .selection_pipeline import COUNT_SCALE_KEY, SELECTION_KEY, SelectionPipeline, SelectionSamplesFile
@@ -47,7 +48,7 @@ logger = logging.getLogger(__name__)
 _TRL_FORWARD_KEYWORDS = frozenset(inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies).parameters)
 
 
-class VEPOTrainer(RestoresCheckpointWeights, UnexpandedVLLMPrompts, GRPOTrainer):
+class VEPOTrainer(RestoresCheckpointWeights, UnexpandedVLLMPrompts, UnpaddedPromptIds, GRPOTrainer):
     """GRPO with VEPO's vision-entropy token selection ([`VEPOConfig`] holds the VEPO settings).
 
     Drop-in for [`~trl.GRPOTrainer`]: same arguments, same data format (conversational prompts with an `image` or

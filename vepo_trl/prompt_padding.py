@@ -1,0 +1,63 @@
+"""Prompt tokenisation for processors that return tensors by default (Mistral 3's `PixtralProcessor`).
+
+TRL 1.16 tokenises a batch's prompts in one unpadded `apply_chat_template` call and expects one list of ids per
+prompt. A processor whose text defaults set `return_tensors="pt"` cannot stack prompts of different lengths, so
+`GRPOTrainer` fails on any batch whose prompts differ in length ("Unable to create tensor, you should probably activate
+truncation and/or padding"). TRL itself works around the same failure for transformers 5.3 by padding, then dropping
+the padding by the attention mask; `VEPOTrainer` does that for such processors, without patching TRL. A TRL that pads
+itself (passes `padding`) goes through unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+
+__all__ = ["UnpaddedPromptIds", "padded_then_unpadded", "text_returns_tensors"]
+
+
+def text_returns_tensors(processing_class) -> bool:
+    """Whether the processor's text defaults return tensors (`PixtralProcessor.text_kwargs`, or the older
+    `_defaults` of its kwargs class), so that an unpadded batch of unequal prompts cannot be tokenised."""
+    defaults = dict(getattr(getattr(processing_class, "valid_processor_kwargs", None), "_defaults", None) or {})
+    text = {**defaults.get("common_kwargs", {}), **defaults.get("text_kwargs", {})}
+    text.update(getattr(processing_class, "text_kwargs", None) or {})
+    return getattr(processing_class, "tokenizer", None) is not None and text.get("return_tensors") is not None
+
+
+@contextlib.contextmanager
+def padded_then_unpadded(processing_class) -> Iterator[None]:
+    """While the block runs, a tokenising `apply_chat_template` call without `padding` pads, then returns each
+    prompt's ids without the padding (lists, as an unpadded call does); every other call is unchanged."""
+    original = processing_class.apply_chat_template
+
+    def apply_chat_template(*args, **kwargs):
+        if not (kwargs.get("tokenize") and kwargs.get("return_dict")) or "padding" in kwargs:
+            return original(*args, **kwargs)
+        out = original(*args, padding=True, **kwargs)
+        ids, mask = out["input_ids"], out["attention_mask"]
+        ids = ids.tolist() if hasattr(ids, "tolist") else ids
+        mask = mask.tolist() if hasattr(mask, "tolist") else mask
+        out["input_ids"] = [[t for t, m in zip(row, keep, strict=True) if m] for row, keep in zip(ids, mask)]
+        out["attention_mask"] = [[1] * len(row) for row in out["input_ids"]]
+        return out
+
+    processing_class.apply_chat_template = apply_chat_template
+    try:
+        yield
+    finally:
+        del processing_class.apply_chat_template  # the class's method again
+        if processing_class.apply_chat_template != original:  # an instance attribute was there before us
+            processing_class.apply_chat_template = original
+
+
+class UnpaddedPromptIds:
+    """`GRPOTrainer` mixin (ahead of it in the bases): prompts of different lengths are tokenised padded and unpadded
+    where the processor returns tensors by default; any other processor goes through TRL's call unchanged."""
+
+    def _tokenize_prompts(self, prompts):
+        if not text_returns_tensors(self.processing_class):
+            return super()._tokenize_prompts(prompts)
+        with padded_then_unpadded(self.processing_class):
+            return super()._tokenize_prompts(prompts)

@@ -17,10 +17,13 @@ from .test_trainer import first_batch
 
 
 # One family per pixel layout: Qwen patch rows, Gemma tiles, SmolVLM's per-row padded tiles, LLaVA-NeXT crops,
-# InternVL's tiles counted per response (`num_tiles`), GLM-4V patch rows of its own
-FAMILIES = ["qwen2.5-vl", "gemma3", "smolvlm", "llava-next", "internvl", "glm4v"]
-# (gradient accumulation, steps_per_generation): slices of 2 responses, scored at first use or at rollout
-ARITHMETIC = [(1, 2), (2, 2), (4, 1), (2, 1)]
+# InternVL's tiles counted per response (`num_tiles`), GLM-4V patch rows of its own, Idefics2's per-row tiles padded
+# per pixel (`pixel_attention_mask`), Mistral 3's images padded to the batch's largest (`image_sizes`). PaliGemma
+# takes no text-only prompt (refused at start-up)
+FAMILIES = ["qwen2.5-vl", "gemma3", "smolvlm", "llava-next", "internvl", "glm4v", "idefics2", "mistral3"]
+# (gradient accumulation, steps_per_generation) in {1, 2, 4} x {1, 2}: slices of 2 responses, scored at first use or
+# at rollout
+ARITHMETIC = [(1, 1), (1, 2), (2, 1), (2, 2), (4, 1), (4, 2)]
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +85,7 @@ def _row_alone(trainer, forward, inputs, row):
     return logps[0]
 
 
-@pytest.mark.parametrize("family", ["qwen2.5-vl", "internvl"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_each_rows_log_probs_equal_its_forward_alone(model_dirs, mixed, tmp_path, family):
     trainer = VEPOTrainer(model=model_dirs[family], reward_funcs=reward, train_dataset=mixed,
                           args=config(tmp_path, per_device_train_batch_size=8, shuffle_dataset=False))  # fmt: skip
@@ -104,10 +107,16 @@ def test_each_rows_log_probs_equal_its_forward_alone(model_dirs, mixed, tmp_path
             alone = _row_alone(trainer, trl_forward, inputs, row)
             valid = inputs["completion_mask"][row].bool()
             torch.testing.assert_close(logps[position][valid], alone[valid], rtol=1e-5, atol=1e-5)
-        # TRL's own forward on the same chunks: the text-only chunk gets an empty image tensor (upstream failure;
-        # when this stops raising, TRL handles image-less chunks and `image_safe_forward` can go)
-        with pytest.raises((ValueError, RuntimeError, IndexError)):
-            trl_forward(trainer.model, ids[index], mask[index], length, 2, **shuffled)
+        # TRL's own forward on the same chunks: the text-only chunk gets an empty image tensor, which fails on every
+        # family but LLaVA-NeXT (upstream failure; when this stops raising, TRL handles image-less chunks and
+        # `image_safe_forward` can go). Where it runs, it gives the same log-probs
+        try:
+            upstream = trl_forward(trainer.model, ids[index], mask[index], length, 2, **shuffled)[0]
+        except (ValueError, RuntimeError, IndexError):
+            assert family != "llava-next"
+        else:
+            assert family == "llava-next"
+            torch.testing.assert_close(upstream, logps, rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -137,9 +146,10 @@ def _two_images_or_none(rows=8):
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
-def test_per_response_pixels_stay_with_their_response_under_trls_shuffle(model_dirs, tmp_path, seed):
+@pytest.mark.parametrize("family", ["smolvlm", "idefics2"])
+def test_per_response_pixels_stay_with_their_response_under_trls_shuffle(model_dirs, tmp_path, family, seed):
     data = _two_images_or_none()
-    trainer = VEPOTrainer(model=model_dirs["smolvlm"], reward_funcs=reward, train_dataset=Dataset.from_list(data),
+    trainer = VEPOTrainer(model=model_dirs[family], reward_funcs=reward, train_dataset=Dataset.from_list(data),
                           args=config(tmp_path, steps_per_generation=2, shuffle_dataset=False, max_steps=1))  # fmt: skip
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1
@@ -159,7 +169,8 @@ def test_per_response_pixels_stay_with_their_response_under_trls_shuffle(model_d
             if reference is None:
                 assert micro_batch.get("pixel_values") is None or not micro_batch["pixel_values"][r].any()
                 continue
-            tiles = reference[0].size(0)
-            assert torch.equal(micro_batch["pixel_values"][r][:tiles], reference[0])  # its own images' tiles
+            tiles, height, width = reference[0].size(0), *reference[0].shape[-2:]
+            # Its own images' tiles (Idefics2 pads them to the batch's largest: the top-left part is its own)
+            assert torch.equal(micro_batch["pixel_values"][r][:tiles, :, :height, :width], reference[0])
             checked += 1
     assert checked > 0

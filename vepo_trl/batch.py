@@ -146,6 +146,20 @@ def image_safe_forward(forward):
     return run
 
 
+def causal_completion(token_type_ids: torch.Tensor | None, completion_length: int) -> torch.Tensor | None:
+    """A prefix-LM's `token_type_ids` `(B, P + T)` (PaliGemma: 0 = prefix, attended bidirectionally; 1 = suffix,
+    causal) with the completion as suffix. TRL 1.16 extends the prompt's token types with zeros, which puts the
+    completion in the bidirectional prefix: each completion token's log-prob then sees the tokens after it, while
+    `generate` sampled it causally (transformers extends with ones there)."""
+    if token_type_ids is None or completion_length == 0:
+        return token_type_ids
+    if bool((token_type_ids[:, -completion_length:] == 1).all()):
+        return token_type_ids  # already causal (a TRL that extends with ones)
+    fixed = token_type_ids.clone()
+    fixed[:, -completion_length:] = 1
+    return fixed
+
+
 def sequence(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     """Prompt and completion as one sequence: `input_ids` and `attention_mask`, `(B, P + T)` each."""
     input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)

@@ -64,6 +64,8 @@ class Family:
     # A reference checkpoint and the per-channel std its preprocessor_config.json normalises with: how strong
     # `gaussian`'s noise (drawn on the normalised pixels, as the release does) is in [0, 1] space on this family
     reference: tuple[str, tuple[float, float, float]] | None = None
+    # A prefix LM: `token_type_ids` 0 marks the bidirectional prefix (image and prompt), 1 the causal suffix
+    prefix_lm: bool = False
 
 
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)  # OpenAI CLIP's
@@ -116,6 +118,16 @@ FAMILIES: tuple[Family, ...] = (
         "patch rows `(sum t*h*w, 3*2*16*16)` + `image_grid_thw`",
         _qwen_layout,
         "tiny-qwen3.5",
+        reference=("Qwen/Qwen3.5-9B", HALF_STD),
+    ),
+    Family(
+        "qwen3.5-moe",
+        ("qwen3_5_moe",),
+        ("Qwen3_5MoeForConditionalGeneration",),
+        "patch rows `(sum t*h*w, 3*2*16*16)` + `image_grid_thw`",
+        _qwen_layout,
+        "tiny-qwen3.5-moe",
+        reference=("Qwen/Qwen3.5-35B-A3B", HALF_STD),
     ),
     Family(
         "gemma3",
@@ -167,6 +179,40 @@ FAMILIES: tuple[Family, ...] = (
         reference=("llava-hf/llava-v1.6-mistral-7b-hf", CLIP_STD),
     ),
     Family(
+        "llava",
+        ("llava",),
+        ("LlavaForConditionalGeneration",),
+        "images `(n_images, C, H, W)`",
+        _tiles_layout(),
+        "tiny-llava",
+        reference=("llava-hf/llava-1.5-7b-hf", CLIP_STD),
+    ),
+    Family(
+        "paligemma",
+        ("paligemma",),
+        ("PaliGemmaForConditionalGeneration",),
+        "images `(n_images, C, H, W)` + `token_type_ids`",
+        _tiles_layout(),
+        "tiny-paligemma",
+        reference=("google/paligemma2-3b-pt-224", HALF_STD),
+        prefix_lm=True,
+        trl_limitation=(
+            "TRL 1.16's GRPOTrainer fails on prompts of different lengths (the processor builds `labels` with "
+            "np.array over unpadded ids) and scores completions as part of the bidirectional prefix (it extends "
+            "`token_type_ids` with zeros): VEPOTrainer tokenises padded then unpadded and marks the completion "
+            "causal, as `generate` samples it. Every prompt needs an image (the processor refuses text-only ones)"
+        ),
+    ),
+    Family(
+        "idefics2",
+        ("idefics2",),
+        ("Idefics2ForConditionalGeneration",),
+        "tiles `(B, n_tiles, C, H, W)` + `pixel_attention_mask`, zero tiles and unmasked pixels are padding",
+        _tiles_layout(zero_tile_is_padding=True, crop_to_pixel_mask=True),
+        "tiny-idefics2",
+        reference=("HuggingFaceM4/idefics2-8b", HALF_STD),
+    ),
+    Family(
         "internvl",
         ("internvl",),
         ("InternVLForConditionalGeneration",),
@@ -200,6 +246,23 @@ FAMILIES: tuple[Family, ...] = (
     ),
 )
 
+# Model types TRL trains whose images VEPO cannot perturb yet, each with what blocks it: refused in one line (the
+# README's model table lists them)
+NOT_YET: dict[str, tuple[str, str, str]] = {
+    "gemma4": (
+        "Gemma4ForConditionalGeneration",
+        "patch rows `(n_images, max_patches, 3*16*16)` zero-padded + `image_position_ids`",
+        "its image processor hands the model patch rows padded per image, with `image_position_ids` (-1 for padding) "
+        "as the only record of where each patch lies; no perturbation layout reads that yet",
+    ),
+}
+
+
+def blocker(model_type) -> str:
+    """`: <what blocks it>` for a model type in `NOT_YET`, else empty: appended to a refusal's first clause."""
+    return f" ({NOT_YET[model_type][2]})" if model_type in NOT_YET else ""
+
+
 _BY_MODEL_TYPE = {model_type: family for family in FAMILIES for model_type in family.model_types}
 
 
@@ -231,9 +294,10 @@ def pixel_layout(config, image_processor, strategy: str = "vepo") -> PixelLayout
     family = family_of(config)
     if family is None:
         config = getattr(config, "config", config)
+        model_type = getattr(config, "model_type", type(config).__name__)
         raise ValueError(
             f"selection_strategy={strategy!r} perturbs the model's images, but VEPO has no adapter for "
-            f"{getattr(config, 'model_type', type(config).__name__)!r} models. Supported families: "
+            f"{model_type!r} models{blocker(model_type)}. Supported families: "
             f"{', '.join(supported_families())}; or use selection_strategy='entropy' / 'full'."
         )
     return family.make_layout(image_processor, getattr(config, "config", config))
@@ -264,6 +328,11 @@ def supported_models_table() -> str:
             tested += f". Limitation: {family.trl_limitation}"
         recipes = ", ".join(f"`recipes/{path}`" for path in family.recipes) or "-"
         rows.append(f"| {family.name} | {classes} | {family.pixel_values} | {perturbations} | {tested} | {recipes} |")
+    for model_type, (model_class, pixel_values, reason) in NOT_YET.items():
+        rows.append(
+            f"| {model_type} | `{model_class}` | {pixel_values} | none | refused at start-up in one line: {reason}; "
+            "`entropy` and `full` perturb nothing | - |"
+        )
     return "\n".join(rows) + "\n"
 
 
@@ -293,7 +362,8 @@ def gaussian_strength_table(sigma: float = 2.0) -> str:
 def check_family_inputs(config, processor, dataset) -> None:
     """What a family's processor or data would crash on deep inside TRL 1.16, refused at start-up in one line:
     Gemma 3 with pan-and-scan (extra crops per image, which TRL splits by image count), LLaVA-OneVision with two or
-    more images in one prompt (TRL's and transformers' split of its crops fails)."""
+    more images in one prompt (TRL's and transformers' split of its crops fails), PaliGemma with a text-only prompt
+    (its processor refuses it)."""
     family = family_of(config)
     if family is None:
         return
@@ -303,8 +373,15 @@ def check_family_inputs(config, processor, dataset) -> None:
             "Gemma 3's processor has do_pan_and_scan on: its extra crops per image break TRL 1.16's split of "
             "pixel_values by image count. Load the processor with do_pan_and_scan=False."
         )
+    if family.name == "paligemma" and dataset is not None:
+        fewest = _image_count_row(dataset, min)
+        if fewest is not None and fewest[1] == 0:
+            raise ValueError(
+                f"PaliGemma needs an image in every prompt (train_dataset row {fewest[0]} has none): its processor "
+                "refuses text-only prompts. Drop text-only rows for this family."
+            )
     if family.name == "llava-onevision" and dataset is not None:
-        most = _most_images_per_row(dataset)
+        most = _image_count_row(dataset, max)
         if most is not None and most[1] >= 2:
             raise ValueError(
                 f"LLaVA-OneVision with {most[1]} images in one prompt (train_dataset row {most[0]}): TRL 1.16 cannot "
@@ -312,8 +389,9 @@ def check_family_inputs(config, processor, dataset) -> None:
             )
 
 
-def _most_images_per_row(dataset) -> tuple[int, int] | None:
-    """(row, image count) of the row with the most images, read off the Arrow table without decoding any image."""
+def _image_count_row(dataset, pick=max) -> tuple[int, int] | None:
+    """(row, image count) of the row with the most (`pick=max`) or fewest (`min`) images, read off the Arrow table
+    without decoding any image."""
     import pyarrow.compute as pc
 
     table = getattr(dataset, "data", None)
@@ -323,5 +401,5 @@ def _most_images_per_row(dataset) -> tuple[int, int] | None:
     lengths = [0 if n is None else n for n in lengths]
     if not lengths:
         return None
-    row = max(range(len(lengths)), key=lengths.__getitem__)
+    row = pick(range(len(lengths)), key=lengths.__getitem__)
     return row, lengths[row]

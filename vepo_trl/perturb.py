@@ -132,14 +132,18 @@ class ImageLayout:
     `zero_tile_is_padding` the model itself drops all-zero tiles, so a perturbed tile that comes out all 0 (the mean
     image) gets its first value set to the dtype's smallest normal number (1e-38 in fp32) to stay an image. With
     `crop_to_image_sizes` (Mistral3 / Pixtral: images of one batch padded with zeros to the largest, `image_sizes` the
-    real height and width), only each image's own top-left `(h, w)` pixels are perturbed, seeded and noised, so a
-    prompt's perturbed image does not depend on what else is in its batch."""
+    real height and width; or `crop_to_pixel_mask`, Idefics2, where `pixel_attention_mask` tells them), only each
+    image's own top-left `(h, w)` pixels are perturbed, seeded and noised, so a prompt's perturbed image does not
+    depend on what else is in its batch."""
 
     image_mean: tuple[float, ...] = (0.5, 0.5, 0.5)
     image_std: tuple[float, ...] = (0.5, 0.5, 0.5)
     patch_size: int = 14
     zero_tile_is_padding: bool = False
     crop_to_image_sizes: bool = False
+    # Idefics2: images of one batch padded (bottom, right) with zeros to the largest, `pixel_attention_mask` marking
+    # each tile's real pixels: only those are perturbed, seeded and noised
+    crop_to_pixel_mask: bool = False
     # Any-res (LLaVA-NeXT, LLaVA-OneVision): the processor's resolutions and crop size, to tell each crop's letterbox
     # padding from the image (`anyres_boxes`); empty for every other layout
     grid_pinpoints: tuple[tuple[int, int], ...] = ()
@@ -467,20 +471,33 @@ def _grouped_tile_seeds(tiles, sizes, groups: list[int], seed: int, step: int) -
     return seeds
 
 
+def _real_sizes(tiles: torch.Tensor, layout: ImageLayout, image_sizes, pixel_mask) -> list[tuple[int, int]]:
+    """Each tile's own top-left `(h, w)`: the whole tile, or its image's size where a batch pads images to its
+    largest (`image_sizes`, Mistral3; `pixel_attention_mask`, Idefics2)."""
+    if layout.crop_to_image_sizes and image_sizes is not None:
+        if len(image_sizes) != tiles.shape[0]:
+            raise ValueError(f"{len(image_sizes)} image_sizes for {tiles.shape[0]} images in pixel_values.")
+        return [tuple(int(v) for v in size) for size in image_sizes]
+    if layout.crop_to_pixel_mask and pixel_mask is not None:
+        masks = pixel_mask.reshape(-1, *pixel_mask.shape[-2:]).bool()
+        if masks.shape[0] != tiles.shape[0]:
+            raise ValueError(f"pixel_attention_mask has {masks.shape[0]} tiles, pixel_values {tiles.shape[0]}.")
+        return [(int(m.any(1).sum()), int(m.any(0).sum())) for m in masks]
+    return [tuple(tiles.shape[-2:])] * tiles.shape[0]
+
+
 def _perturb_tiles(
-    fn, pixel_values: torch.Tensor, layout: ImageLayout, image_sizes, seed: int, step: int, params, tile_groups=None
-) -> torch.Tensor:
+    fn, pixel_values: torch.Tensor, layout: ImageLayout, image_sizes, seed: int, step: int, params, tile_groups=None,
+    pixel_mask=None,
+) -> torch.Tensor:  # fmt: skip
     if pixel_values.ndim < 3 or pixel_values.shape[-3] != layout.channels:
         raise ValueError(
             f"Expected pixel_values shaped (..., {layout.channels}, H, W), got {tuple(pixel_values.shape)}."
         )
     tiles = pixel_values.reshape(-1, *pixel_values.shape[-3:])
     out = tiles.clone()
-    crop = layout.crop_to_image_sizes and image_sizes is not None
-    if crop and len(image_sizes) != tiles.shape[0]:
-        raise ValueError(f"{len(image_sizes)} image_sizes for {tiles.shape[0]} images in pixel_values.")
     # The image's own pixels: the whole tile, or its top-left (h, w) when images are padded to the batch's largest
-    sizes = [tuple(int(v) for v in image_sizes[i]) if crop else tuple(tiles.shape[-2:]) for i in range(len(tiles))]
+    sizes = _real_sizes(tiles, layout, image_sizes, pixel_mask)
     seeds = _grouped_tile_seeds(tiles, sizes, _tile_groups(pixel_values, tile_groups), seed, step)
     boxes = letterbox_boxes(pixel_values, layout, image_sizes)
     for index in range(tiles.shape[0]):
@@ -489,7 +506,10 @@ def _perturb_tiles(
         if not bool((tile != 0).any()) or (boxes is not None and boxes[index] is None):
             continue  # padding: a zero tile, or an any-res crop of letterbox only
         generator = torch.Generator(device=pixel_values.device).manual_seed(seeds[index])
-        perturbed = fn(tile, None, layout, generator, **params)
+        if layout.crop_to_pixel_mask:
+            perturbed = _perturb_on_patch_grid(fn, tile, layout, generator, params)
+        else:
+            perturbed = fn(tile, None, layout, generator, **params)
         if boxes is not None:
             # The whole crop is perturbed (patches stay on the crop's own grid), then its letterbox is put back
             top, bottom, left, right = boxes[index]
@@ -501,6 +521,17 @@ def _perturb_tiles(
             perturbed.view(-1)[0] = torch.finfo(perturbed.dtype).tiny  # still an image to a model that drops zeros
         out[index, :, :h, :w] = perturbed
     return out.view_as(pixel_values)
+
+
+def _perturb_on_patch_grid(fn, tile: torch.Tensor, layout: ImageLayout, generator, params) -> torch.Tensor:
+    """An image `(C, h, w)` perturbed on the whole patches that cover it (Idefics2 counts a patch with any real pixel
+    as real, so the last row and column of patches may be part padding), the padding then cut off again: the noise
+    and the patches dropped depend on the image alone, not on the batch's padding."""
+    p = layout.patch_size
+    h, w = tile.shape[-2:]
+    grid = tile.new_zeros(tile.shape[0], -(-h // p) * p, -(-w // p) * p)
+    grid[:, :h, :w] = tile
+    return fn(grid, None, layout, generator, **params)[:, :h, :w]
 
 
 def letterbox_boxes(pixel_values, layout: ImageLayout, image_sizes) -> list | None:
@@ -528,6 +559,7 @@ def perturb_pixel_values(
     step: int = 0,
     image_sizes: torch.Tensor | None = None,
     tile_groups: list[int] | None = None,
+    pixel_attention_mask: torch.Tensor | None = None,
     **params,
 ) -> torch.Tensor:
     """Perturb every image in a batch's `pixel_values` with the named perturbation.
@@ -537,14 +569,17 @@ def perturb_pixel_values(
     are `(..., C, H, W)` tiles, each perturbed on its own (`image_grid_thw` is not used; `image_sizes` `(n, 2)` crops
     each image's padding off when the layout says so, Mistral3 / Pixtral; `tile_groups` counts the tiles of each
     response in a flat tile tensor, InternVL's `num_tiles`, so that each tile is seeded from its image and its
-    position there). `params` go to the
+    position there; `pixel_attention_mask` marks each tile's real pixels where the layout crops by it, Idefics2).
+    `params` go to the
     perturbation (`noise_step`, `sigma`, `patch_probability`); ones it does not use are ignored. Returns a new tensor
     of the same shape and dtype.
     """
     layout = layout or PixelLayout()
     fn = get_perturbation(name)
     if isinstance(layout, ImageLayout):
-        return _perturb_tiles(fn, pixel_values, layout, image_sizes, seed, step, params, tile_groups)
+        return _perturb_tiles(
+            fn, pixel_values, layout, image_sizes, seed, step, params, tile_groups, pixel_attention_mask
+        )
     if image_grid_thw is None:
         raise ValueError("Qwen2-VL-style pixel_values need their image_grid_thw.")
     if pixel_values.ndim != 2 or pixel_values.shape[1] != layout.row_size:

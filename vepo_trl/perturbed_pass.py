@@ -106,7 +106,10 @@ class PerturbedPass:
             text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
             encoded = processor(images=[dummy_image()], text=[text], return_tensors="pt")
             device = self.host.accelerator.device
-            self._dummy_inputs = {k: v.to(device) for k, v in encoded.items() if isinstance(v, torch.Tensor)}
+            # PaliGemma's processor adds prompt-only `labels`: the dummy needs no loss
+            self._dummy_inputs = {
+                k: v.to(device) for k, v in encoded.items() if isinstance(v, torch.Tensor) and k != "labels"
+            }
         with scoring_mode(model), self.host.accelerator.autocast():
             model(**self._dummy_inputs, logits_to_keep=1, use_cache=False)
 
@@ -149,6 +152,7 @@ class PerturbedPass:
                 step=host.state.global_step,
                 image_sizes=row_inputs.get("image_sizes"),
                 tile_groups=row_inputs.get("num_tiles"),
+                pixel_attention_mask=row_inputs.get("pixel_attention_mask"),
                 noise_step=host.current_noise_step(),
                 sigma=args.noise_sigma,
                 patch_probability=args.patch_probability,

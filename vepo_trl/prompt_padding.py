@@ -14,7 +14,13 @@ import contextlib
 from collections.abc import Iterator
 
 
-__all__ = ["UnpaddedPromptIds", "padded_then_unpadded", "text_returns_tensors"]
+__all__ = ["UnpaddedPromptIds", "needs_padding", "padded_then_unpadded", "text_returns_tensors"]
+
+
+def needs_padding(processing_class) -> bool:
+    """Whether TRL 1.16's unpadded tokenisation of unequal prompts fails with this processor: its text defaults return
+    tensors (Mistral 3), or it builds prefix-LM `labels` with `np.array` over the ragged ids (PaliGemma)."""
+    return text_returns_tensors(processing_class) or "labels" in getattr(processing_class, "model_input_names", ())
 
 
 def text_returns_tensors(processing_class) -> bool:
@@ -36,11 +42,20 @@ def padded_then_unpadded(processing_class) -> Iterator[None]:
         if not (kwargs.get("tokenize") and kwargs.get("return_dict")) or "padding" in kwargs:
             return original(*args, **kwargs)
         out = original(*args, padding=True, **kwargs)
-        ids, mask = out["input_ids"], out["attention_mask"]
-        ids = ids.tolist() if hasattr(ids, "tolist") else ids
+        mask = out["attention_mask"]
         mask = mask.tolist() if hasattr(mask, "tolist") else mask
-        out["input_ids"] = [[t for t, m in zip(row, keep, strict=True) if m] for row, keep in zip(ids, mask)]
-        out["attention_mask"] = [[1] * len(row) for row in out["input_ids"]]
+        # Per-token fields go back to one list per prompt too (TRL pads them itself); `labels` are the processor's own
+        # training targets, which TRL builds itself
+        out.pop("labels", None)
+        for key in [key for key in out if key not in ("pixel_values",)]:
+            value = out[key]
+            value = value.tolist() if hasattr(value, "tolist") else value
+            if (
+                isinstance(value, list)
+                and len(value) == len(mask)
+                and all(isinstance(row, list) and len(row) == len(keep) for row, keep in zip(value, mask))
+            ):
+                out[key] = [[v for v, m in zip(row, keep, strict=True) if m] for row, keep in zip(value, mask)]
         return out
 
     processing_class.apply_chat_template = apply_chat_template
@@ -57,7 +72,7 @@ class UnpaddedPromptIds:
     where the processor returns tensors by default; any other processor goes through TRL's call unchanged."""
 
     def _tokenize_prompts(self, prompts):
-        if not text_returns_tensors(self.processing_class):
+        if not needs_padding(self.processing_class):
             return super()._tokenize_prompts(prompts)
         with padded_then_unpadded(self.processing_class):
             return super()._tokenize_prompts(prompts)

@@ -312,7 +312,7 @@ def _build_qwen_family(family: str, config: TinyModelConfig):
 
     qwen3 = family.startswith("qwen3")
     template = qwen3_vl_chat_template if qwen3 else QWEN2_5_VL_CHAT_TEMPLATE
-    if family == "qwen3.5":
+    if family.startswith("qwen3.5"):
         template = qwen3_5_nothink_chat_template
     tokenizer = build_tokenizer(config.vocab_size, chat_template=template)
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in QWEN_SPECIAL_TOKENS}
@@ -362,7 +362,7 @@ def _build_qwen_family(family: str, config: TinyModelConfig):
             "num_position_embeddings": 64,
             "deepstack_visual_indexes": [0],
         }
-        if family == "qwen3.5":
+        if family.startswith("qwen3.5"):
             # Gated DeltaNet (linear attention) then full attention, as the real model alternates them (3:1 there)
             text.update(
                 layer_types=["linear_attention", "full_attention"],
@@ -372,8 +372,15 @@ def _build_qwen_family(family: str, config: TinyModelConfig):
                 linear_value_head_dim=16,
             )
             vision.pop("deepstack_visual_indexes")
-            model_config = transformers.Qwen3_5Config(text_config=text, vision_config=vision, **common)
-            model_class = transformers.Qwen3_5ForConditionalGeneration
+            if family == "qwen3.5-moe":
+                # Sparse experts with a shared expert in every layer (the real: 256 experts, 8 per token)
+                text.update(moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=4,
+                            num_experts_per_tok=2)  # fmt: skip
+                model_config = transformers.Qwen3_5MoeConfig(text_config=text, vision_config=vision, **common)
+                model_class = transformers.Qwen3_5MoeForConditionalGeneration
+            else:
+                model_config = transformers.Qwen3_5Config(text_config=text, vision_config=vision, **common)
+                model_class = transformers.Qwen3_5ForConditionalGeneration
         elif family == "qwen3-vl-moe":
             text.update(moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1)
             model_config = transformers.Qwen3VLMoeConfig(text_config=text, vision_config=vision, **common)
@@ -836,6 +843,193 @@ def _build_llava_next(family: str, config: TinyModelConfig):
     return model, processor
 
 
+# LLaVA-1.5's chat template (Vicuna turns, `<image>` before the text), as llava-hf/llava-1.5-7b-hf's processor ships it
+LLAVA_CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] != 'system' %}{{ message['role'].upper() + ': '}}{% endif %}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'image') %}{{ '<image>\n' }}{% endfor %}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}{{ content['text'] + ' '}}"
+    "{% endfor %}{% endfor %}{% if add_generation_prompt %}{{ 'ASSISTANT:' }}{% endif %}"
+)
+
+
+def _build_llava(family: str, config: TinyModelConfig):
+    from transformers import CLIPImageProcessor, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
+
+    special = ("<unk>", "<s>", "</s>", "<image>", "<pad>")
+    tokenizer = build_tokenizer(
+        config.vocab_size,
+        special_tokens=special,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        chat_template=LLAVA_CHAT_TEMPLATE,
+    )
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in special}
+    # CLIP at 56 px: resize the shortest edge, centre crop, 4x4 patches of 14 + CLS (dropped by the "default" feature
+    # strategy): 16 tokens per image (the real LLaVA-1.5: 336 px, 24x24 patches, 576 tokens)
+    processor = LlavaProcessor(
+        image_processor=CLIPImageProcessor(size={"shortest_edge": 56}, crop_size={"height": 56, "width": 56}),
+        tokenizer=tokenizer,
+        patch_size=14,
+        vision_feature_select_strategy="default",
+        chat_template=LLAVA_CHAT_TEMPLATE,
+        num_additional_image_tokens=1,
+    )
+    text = {
+        **_TEXT,
+        "model_type": "llama",
+        "vocab_size": len(tokenizer),
+        "pad_token_id": ids["<pad>"],
+        "eos_token_id": ids["</s>"],
+        "bos_token_id": ids["<s>"],
+    }
+    model_config = LlavaConfig(
+        text_config=text,
+        vision_config={**_VISION, "model_type": "clip_vision_model", "image_size": 56, "patch_size": 14},
+        image_token_index=ids["<image>"],
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+        image_seq_length=16,
+    )
+    model = _seeded(LlavaForConditionalGeneration, model_config, config.seed)
+    model.generation_config = _generation_config(tokenizer, ["</s>"], "<pad>", ["<image>"])
+    return model, processor
+
+
+# PaliGemma has no chat turns: its image tokens, then the prompt (the processor adds `<bos>` after the images and the
+# closing newline), as its processor expects; the template renders a conversation's images and text in that form
+PALIGEMMA_CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if message['content'] is not string %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' %}<image>{% endif %}{% endfor %}{% endif %}{% endfor %}"
+    "{% for message in messages %}{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for content in message['content'] %}{% if content['type'] == 'text' %}{{ content['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}{% endfor %}"
+)
+
+
+def _build_paligemma(family: str, config: TinyModelConfig):
+    from transformers import (
+        PaliGemmaConfig,
+        PaliGemmaForConditionalGeneration,
+        PaliGemmaProcessor,
+        SiglipImageProcessor,
+    )
+
+    special = ("<pad>", "<eos>", "<bos>", "<unk>", "<image>")
+    tokenizer = build_tokenizer(
+        config.vocab_size,
+        special_tokens=special,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        chat_template=PALIGEMMA_CHAT_TEMPLATE,
+        extra_special_tokens={"image_token": "<image>"},
+    )
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in special}
+    # SigLIP at 56 px, 4x4 patches of 14 = 16 image tokens (the real PaliGemma: 224 px, 256 tokens), mean = std = 0.5
+    image_processor = SiglipImageProcessor(size={"height": 56, "width": 56})
+    image_processor.image_seq_length = 16
+    processor = PaliGemmaProcessor(
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=PALIGEMMA_CHAT_TEMPLATE
+    )
+    text = {
+        **_TEXT,
+        "model_type": "gemma",
+        "vocab_size": len(tokenizer),
+        "head_dim": 16,
+        "pad_token_id": ids["<pad>"],
+        "eos_token_id": ids["<eos>"],
+        "bos_token_id": ids["<bos>"],
+    }
+    model_config = PaliGemmaConfig(
+        text_config=text,
+        vision_config={
+            **_VISION,
+            "model_type": "siglip_vision_model",
+            "image_size": 56,
+            "patch_size": 14,
+            "projection_dim": _TEXT["hidden_size"],
+        },  # fmt: skip
+        image_token_index=ids["<image>"],
+        projection_dim=_TEXT["hidden_size"],
+        hidden_size=_TEXT["hidden_size"],
+        vocab_size=len(tokenizer),
+        tie_word_embeddings=False,
+    )
+    model = _seeded(PaliGemmaForConditionalGeneration, model_config, config.seed)
+    model.generation_config = _generation_config(tokenizer, ["<eos>"], "<pad>", ["<image>"])
+    return model, processor
+
+
+IDEFICS2_SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<fake_token_around_image>", "<image>", "<end_of_utterance>")
+# Idefics2's chat template ("User:" / "Assistant:" turns, `<end_of_utterance>` closing each), images before the text
+IDEFICS2_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'].capitalize() }}"
+    "{% if message['content'][0]['type'] == 'image' %}{{ ':' }}{% else %}{{ ': ' }}{% endif %}"
+    "{% for line in message['content'] %}{% if line['type'] == 'text' %}{{ line['text'] }}"
+    "{% elif line['type'] == 'image' %}{{ '<image>' }}{% endif %}{% endfor %}<end_of_utterance>\n{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
+)
+
+
+def _build_idefics2(family: str, config: TinyModelConfig):
+    from transformers import (
+        Idefics2Config,
+        Idefics2ForConditionalGeneration,
+        Idefics2ImageProcessor,
+        Idefics2Processor,
+    )
+
+    tokenizer = build_tokenizer(
+        config.vocab_size,
+        special_tokens=IDEFICS2_SPECIAL_TOKENS,
+        bos_token="<s>",
+        eos_token="<end_of_utterance>",
+        pad_token="<unk>",
+        chat_template=IDEFICS2_CHAT_TEMPLATE,
+    )
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in IDEFICS2_SPECIAL_TOKENS}
+    # Images resized between 28 and 56 px and split into 4 crops plus the whole image, 14 px patches, a perceiver
+    # resampler to 4 latents per crop (the real idefics2-8b: 378..980 px, patch 14, 64 latents), mean = std = 0.5
+    processor = Idefics2Processor(
+        image_processor=Idefics2ImageProcessor(
+            size={"shortest_edge": 28, "longest_edge": 56}, do_image_splitting=True
+        ),
+        tokenizer=tokenizer,
+        image_seq_len=4,
+        chat_template=IDEFICS2_CHAT_TEMPLATE,
+    )
+    text = {
+        **_TEXT,
+        "model_type": "mistral",
+        "vocab_size": len(tokenizer),
+        "head_dim": 16,
+        "sliding_window": None,
+        "pad_token_id": ids["<unk>"],
+        "eos_token_id": ids["<end_of_utterance>"],
+        "bos_token_id": ids["<s>"],
+    }
+    model_config = Idefics2Config(
+        text_config=text,
+        vision_config={**_VISION, "image_size": 56, "patch_size": 14},
+        perceiver_config={
+            "hidden_size": _TEXT["hidden_size"],
+            "resampler_n_latents": 4,
+            "resampler_depth": 1,
+            "resampler_n_heads": 2,
+            "resampler_head_dim": 16,
+            "num_key_value_heads": 1,
+        },  # fmt: skip
+        image_token_id=ids["<image>"],
+        tie_word_embeddings=False,
+    )
+    model = _seeded(Idefics2ForConditionalGeneration, model_config, config.seed)
+    model.generation_config = _generation_config(
+        tokenizer, ["<end_of_utterance>"], "<unk>", ["<image>", "<fake_token_around_image>"]
+    )
+    return model, processor
+
+
 def _build_qwen2_5_vl(family: str, config: TinyModelConfig):
     processor = build_processor(config)
     return build_model(processor, config), processor
@@ -848,10 +1042,14 @@ TINY_BUILDERS = {
     "qwen3-vl": _build_qwen_family,
     "qwen3-vl-moe": _build_qwen_family,
     "qwen3.5": _build_qwen_family,
+    "qwen3.5-moe": _build_qwen_family,
     "gemma3": _build_gemma3,
     "smolvlm": _build_smolvlm,
     "llava-onevision": _build_llava_onevision,
     "llava-next": _build_llava_next,
+    "llava": _build_llava,
+    "paligemma": _build_paligemma,
+    "idefics2": _build_idefics2,
     "internvl": _build_internvl,
     "glm4v": _build_glm4v,
     "mistral3": _build_mistral3,

@@ -196,7 +196,7 @@ def _check_model_family(model_args, training_args) -> None:
     import json
     from types import SimpleNamespace
 
-    from vepo_trl.families import family_of, supported_families
+    from vepo_trl.families import blocker, family_of, supported_families
     from vepo_trl.local_models import local_config_file
     from vepo_trl.scoring import SELECTION_STRATEGIES
 
@@ -214,7 +214,8 @@ def _check_model_family(model_args, training_args) -> None:
         return  # unreadable: transformers says why when it loads
     if model_type and family_of(SimpleNamespace(model_type=model_type)) is None:
         raise UsageError(
-            f"model_name_or_path {name}: a {model_type!r} model, for which VEPO has no perturbation adapter, and "
+            f"model_name_or_path {name}: a {model_type!r} model, for which VEPO has no perturbation adapter"
+            f"{blocker(model_type)}, and "
             f"selection_strategy {training_args.selection_strategy!r} perturbs the model's images. Supported families: "
             f"{', '.join(supported_families())}; or --selection_strategy entropy / full."
         )

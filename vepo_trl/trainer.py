@@ -26,10 +26,17 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
-from .batch import has_active_dropout, image_safe_forward, loss_mask, mark_per_row_pixels, row_images
+from .batch import (
+    causal_completion,
+    has_active_dropout,
+    image_safe_forward,
+    loss_mask,
+    mark_per_row_pixels,
+    row_images,
+)
 from .checkpoint import RestoresCheckpointWeights
 from .config import VEPOConfig
-from .families import check_family_inputs
+from .families import check_family_inputs, family_of
 from .local_models import resolve_model_name
 from .model_card import build_model_card
 from .perturb import annealed_noise_step, get_perturbation
@@ -46,6 +53,7 @@ __all__ = ["COUNT_SCALE_KEY", "SELECTION_KEY", "VEPOTrainer"]
 
 logger = logging.getLogger(__name__)
 _TRL_FORWARD_KEYWORDS = frozenset(inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies).parameters)
+_PROCESSOR_ONLY_KEYS = ("batch_num_images", "labels")
 
 
 class VEPOTrainer(RestoresCheckpointWeights, UnexpandedVLLMPrompts, UnpaddedPromptIds, GRPOTrainer):
@@ -93,6 +101,8 @@ class VEPOTrainer(RestoresCheckpointWeights, UnexpandedVLLMPrompts, UnpaddedProm
         super().__init__(model, reward_funcs, args, *pos_args, **kwargs)
         self.selection = get_strategy(args.selection_strategy)
         check_family_inputs(getattr(self.model, "config", None), self.processing_class, self.train_dataset)
+        family = family_of(getattr(self.model, "config", None))
+        self._prefix_lm = family is not None and family.prefix_lm
         self._pending_forward = None
         layout = None
         if self.selection.needs_perturbed_pass:
@@ -173,14 +183,22 @@ class VEPOTrainer(RestoresCheckpointWeights, UnexpandedVLLMPrompts, UnpaddedProm
             self._logs["images"].extend(gather_object(row_images(inputs) or [[] for _ in inputs]))
         # TRL splits and shuffles the batch next: per-response pixels must be cut by response, not by its guess
         output = mark_per_row_pixels(output, output["prompt_ids"].size(0))
+        if self._prefix_lm and output.get("token_type_ids") is not None:
+            output["token_type_ids"] = causal_completion(output["token_type_ids"], output["completion_ids"].size(1))
         return self.selection_pipeline.finish_rollout(output)
 
     def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
-        # LLaVA-OneVision's processor output `batch_num_images` reaches here with the image inputs, and TRL 1.16's
-        # forward takes no such keyword (its rollout-time forward, a reference model, vLLM importance sampling all
-        # raise TypeError); the model reads the images' layout from `image_sizes`. Kept once TRL takes it.
-        if "batch_num_images" in kwargs and "batch_num_images" not in _TRL_FORWARD_KEYWORDS:
-            kwargs.pop("batch_num_images")
+        # Processor outputs TRL 1.16's forward takes no keyword for reach it with the image inputs, and its rollout-time
+        # forwards (a reference model, vLLM importance sampling, old log-probs) raise TypeError: LLaVA-OneVision's
+        # `batch_num_images` (the model reads the layout off `image_sizes`), PaliGemma's prompt-only `labels` (TRL
+        # builds its own). Each is kept once TRL takes it.
+        for key in _PROCESSOR_ONLY_KEYS:
+            if key in kwargs and key not in _TRL_FORWARD_KEYWORDS:
+                kwargs.pop(key)
+        # PaliGemma: TRL's rollout-time forwards get the completion in the bidirectional prefix (`causal_completion`)
+        if self._prefix_lm and kwargs.get("token_type_ids") is not None:
+            length = kwargs["logits_to_keep"] if "logits_to_keep" in kwargs else args[2]
+            kwargs["token_type_ids"] = causal_completion(kwargs["token_type_ids"], length)
         # `compute_loss` already ran the loss forward (to select tokens from it); hand that result to GRPO's loss
         # instead of running the forward again
         if self._pending_forward is not None:

@@ -88,6 +88,11 @@ def test_families_every_family_has_a_tiny_model_and_its_classes():
         # The model's own patch size: Qwen3-VL 16, the others as their vision config says
         patch = model.config.vision_config.patch_size
         assert layout.patch_size == (patch[0] if isinstance(patch, (list, tuple)) else patch)
+        # The tiny processor normalises as the family's reference checkpoint does
+        if family.reference is not None:
+            torch.testing.assert_close(
+                torch.tensor(layout.image_std), torch.tensor(family.reference[1]), atol=1e-6, rtol=0
+            )
 
 
 def test_families_unsupported_model_is_refused_in_one_line():

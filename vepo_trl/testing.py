@@ -558,7 +558,10 @@ def _build_llava_onevision(family: str, config: TinyModelConfig):
     # Any-resolution crops of 28 px (2x2 patches of 14) on a grid of up to 2x2, plus the resized whole image
     pinpoints = [[28, 28], [28, 56], [56, 28], [56, 56]]
     processor = LlavaOnevisionProcessor(
-        image_processor=LlavaOnevisionImageProcessor(size={"height": 28, "width": 28}, image_grid_pinpoints=pinpoints),
+        # SigLIP's normalisation, as llava-onevision-qwen2-7b-ov-hf's preprocessor_config.json (mean = std = 0.5)
+        image_processor=LlavaOnevisionImageProcessor(
+            size={"height": 28, "width": 28}, image_grid_pinpoints=pinpoints, image_mean=[0.5] * 3, image_std=[0.5] * 3
+        ),
         tokenizer=tokenizer,
         video_processor=LlavaOnevisionVideoProcessor(),
         chat_template=LLAVA_ONEVISION_CHAT_TEMPLATE,
@@ -617,8 +620,14 @@ def _build_internvl(family: str, config: TinyModelConfig):
     # 28 px tiles (2x2 patches of 14, pixel-shuffled to 1 token), 1 to 4 tiles plus a thumbnail per image (the real
     # InternVL3: 448 px tiles, 256 tokens, up to 12 tiles)
     processor = InternVLProcessor(
+        # ImageNet's normalisation, as InternVL3-8B-hf's preprocessor_config.json
         image_processor=GotOcr2ImageProcessor(
-            size={"height": 28, "width": 28}, crop_to_patches=True, min_patches=1, max_patches=4
+            size={"height": 28, "width": 28},
+            crop_to_patches=True,
+            min_patches=1,
+            max_patches=4,
+            image_mean=[0.485, 0.456, 0.406],
+            image_std=[0.229, 0.224, 0.225],
         ),
         tokenizer=tokenizer,
         video_processor=InternVLVideoProcessor(),

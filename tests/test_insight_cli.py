@@ -9,10 +9,18 @@ from PIL import Image
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from vepo_trl.cli import main
+from vepo_trl.families import get_family, pixel_layout, supported_families
 from vepo_trl.insight import commands, load_records
-from vepo_trl.insight.signals import SignalSettings, completion_signals, encode_prompt, sample_completions
+from vepo_trl.insight.signals import (
+    SignalSettings,
+    completion_signals,
+    encode_prompt,
+    perturb_prompt_pixels,
+    sample_completions,
+)
 from vepo_trl.perturb import PixelLayout, perturb_pixel_values
 from vepo_trl.scoring import reference_token_signals, select_tokens
+from vepo_trl.testing import build_tiny
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +49,8 @@ def test_signals_equal_a_full_logits_reference(tiny, visual_dataset):
             "input_ids": torch.cat([prompt["input_ids"], ids], 1),
             "attention_mask": torch.ones(1, prompt["input_ids"].shape[1] + len(completion), dtype=torch.long),
             "image_grid_thw": prompt["image_grid_thw"],
+            # Which tokens are image tokens: without it transformers 5.24 gives the image no M-RoPE positions
+            "mm_token_type_ids": torch.cat([prompt["mm_token_type_ids"], torch.zeros_like(ids)], 1),
         }
         with torch.no_grad():
             clean = model(**inputs, pixel_values=prompt["pixel_values"]).logits[0, -len(completion) - 1 : -1]
@@ -189,9 +199,9 @@ def test_help(command, capsys):
 
 
 def test_recipe_settings_and_names_agree_with_training():
-    from vepo_trl.train import SYNTHETIC_DATASET, TINY_MODEL
+    from vepo_trl.train import SYNTHETIC_DATASET
 
-    assert (commands.TINY_MODEL, commands.SYNTHETIC_DATASET) == (TINY_MODEL, SYNTHETIC_DATASET)
+    assert commands.SYNTHETIC_DATASET == SYNTHETIC_DATASET
     recipe = {"selection_strategy": "vepo_kl", "selection_ratio": 0.3, "selection_alpha": 0.5, "seed": 7,
               "perturbation": "gaussian", "noise_sigma": 1.5, "temperature": 0.9}  # fmt: skip
     settings = SignalSettings.from_recipe(recipe, alpha=0.1)
@@ -216,3 +226,59 @@ def test_pixel_bounds_come_from_flags_then_recipe_then_paper():
     }
     with pytest.raises(commands.UsageError, match="exceeds"):
         commands._pixel_bounds(Namespace(min_pixels=9000, max_pixels=4000), {})
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Every family: the signals outside training read each family's own image inputs
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", supported_families())
+def test_signals_equal_a_full_logits_reference_on_every_family(family, visual_dataset):
+    """`inspect` / `analyze`'s signals on each family's tiny model equal its own full logits, one completion at a
+    time, with its processor's image inputs (grids, sizes, pixel masks, token types) and the perturbation the
+    trainer applies."""
+    model, processor = build_tiny(family)
+    model.eval()
+    row = visual_dataset[0]
+    prompt = encode_prompt(processor, row["prompt"], row["images"])
+    completions = sample_completions(model, processor, prompt, 2, max_new_tokens=6, seed=1)
+    completions[1] = completions[1][:3]
+    settings = SignalSettings(ratio=0.3, temperature=0.8, seed=5, step=2)
+    example = completion_signals(model, processor, prompt, completions, settings, batch_size=2)
+    perturbed = perturb_prompt_pixels(prompt, pixel_layout(model.config, processor.image_processor), settings,
+                                      get_family(family))  # fmt: skip
+    assert not torch.equal(perturbed, prompt["pixel_values"])
+    for row_index, completion in enumerate(completions):
+        ids = torch.tensor([completion])
+        inputs = {**prompt, "input_ids": torch.cat([prompt["input_ids"], ids], 1)}
+        inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
+        for key in ("token_type_ids", "mm_token_type_ids"):
+            if key in prompt:  # text after the prompt; PaliGemma's completion is its causal suffix (type 1)
+                suffix = int(key == "token_type_ids" and get_family(family).prefix_lm)
+                inputs[key] = torch.cat([prompt[key], torch.full_like(ids, suffix)], 1)
+        with torch.no_grad():
+            clean = model(**inputs).logits[0, -len(completion) - 1 : -1]
+            noisy = model(**{**inputs, "pixel_values": perturbed}).logits[0, -len(completion) - 1 : -1]
+        reference = reference_token_signals(clean, noisy, ids[0], temperature=0.8)
+        n = len(completion)
+        assert example.mask[row_index].sum() == n
+        for name in ("entropy", "perturbed_entropy", "jsd", "logp", "perturbed_logp"):
+            got = getattr(example.signals, name)[row_index, :n]
+            torch.testing.assert_close(got, getattr(reference, name), atol=2e-4, rtol=1e-4, msg=name)
+
+
+def test_inspect_and_analyze_run_on_other_families(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path / "cache"))
+    page = tmp_path / "page.html"
+    main([
+        "inspect", "--model", "tiny-gemma3", "--dataset", "synthetic", "--index", "1", "--num_generations", "2",
+        "--max_new_tokens", "8", "--output", str(page),
+    ])  # fmt: skip
+    assert page.read_text().count('class="completion"') == 2
+    out_dir = tmp_path / "analysis"
+    main([
+        "analyze", "--model", "tiny-idefics2", "--dataset", "synthetic", "--limit", "2", "--num_generations", "2",
+        "--max_new_tokens", "8", "--output_dir", str(out_dir),
+    ])  # fmt: skip
+    assert json.loads((out_dir / "analysis.json").read_text())["responses"] == 4

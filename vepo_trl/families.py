@@ -64,6 +64,8 @@ class Family:
     # A reference checkpoint and the per-channel std its preprocessor_config.json normalises with: how strong
     # `gaussian`'s noise (drawn on the normalised pixels, as the release does) is in [0, 1] space on this family
     reference: tuple[str, tuple[float, float, float]] | None = None
+    # `pixel_values` a flat run of tiles, counted per prompt by TRL's `num_tiles` (InternVL)
+    tiles_per_prompt: bool = False
     # A prefix LM: `token_type_ids` 0 marks the bidirectional prefix (image and prompt), 1 the causal suffix
     prefix_lm: bool = False
 
@@ -219,6 +221,7 @@ FAMILIES: tuple[Family, ...] = (
         "tiles `(n_tiles, C, H, W)`, split per prompt by TRL's `num_tiles`",
         _tiles_layout(),
         "tiny-internvl",
+        tiles_per_prompt=True,
         reference=("OpenGVLab/InternVL3-8B-hf", IMAGENET_STD),
     ),
     Family(

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, fail  # noqa: F401  (the commands' one-line errors, re-exported)
-from ..local_models import TINY_MODEL, check_model_name
+from ..local_models import check_model_name
 
 
 # The name `vepo_trl.train` gives the synthetic data (not imported from there: that module loads TRL's trainers,
@@ -31,7 +31,9 @@ SYNTHETIC_ROWS = 256
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
-    group.add_argument("--model", help="Model folder or Hub id (a Qwen2-VL / Qwen2.5-VL), or tiny-qwen2.5-vl.")
+    group.add_argument(
+        "--model", help="Model folder or Hub id of a supported family (README), or tiny-qwen2.5-vl / tiny-<family>."
+    )
     group.add_argument("--device", default=None, help="cuda, cpu, ... (default: cuda when available).")
     group.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
 
@@ -108,8 +110,8 @@ def _check_model(name: str | None) -> str:
         if not (path / "config.json").is_file():
             raise UsageError(f"--model: {name} is a folder without config.json, not a saved model")
         return str(path)
-    if name == TINY_MODEL:
-        return name
+    if name.startswith("tiny-") and not path.exists():
+        return name  # a built-in tiny model (tiny-qwen2.5-vl, tiny-<family>): built on first use
     if path.exists() or name.startswith((".", "/", "~")) or name.count("/") != 1:
         raise UsageError(f"--model: no such model folder: {name} (nor is it a Hub id of the form org/name)")
     check_model_name(name, "--model")  # a Hub id offline and not cached: one line now, not a minute of retries
@@ -169,7 +171,7 @@ def _load_model(name: str, device: str | None, dtype: str):
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     # The tiny model's name builds it once, unless a folder of that name exists
-    path = resolve_model_name(name) if name == TINY_MODEL else name
+    path = resolve_model_name(name) if name.startswith("tiny-") and not Path(name).exists() else name
     try:
         model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype).to(device).eval()
         processor = AutoProcessor.from_pretrained(path)

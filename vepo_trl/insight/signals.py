@@ -16,7 +16,9 @@ from typing import Any
 
 import torch
 
-from ..perturb import PERTURBATIONS, PixelLayout, perturb_pixel_values
+from ..batch import causal_completion
+from ..families import family_of, pixel_layout
+from ..perturb import PERTURBATIONS, perturb_pixel_values
 from ..scoring import (
     SELECTION_STRATEGIES,
     TokenSignals,
@@ -153,31 +155,27 @@ def build_messages(question: str, num_images: int = 1, system_prompt: str | None
     ]
 
 
-def _check_vision_processor(processor) -> None:
-    image_processor = getattr(processor, "image_processor", None)
-    if image_processor is None or not all(
-        hasattr(image_processor, name) for name in ("patch_size", "temporal_patch_size", "merge_size")
-    ):
-        raise ValueError(
-            f"VEPO's signals perturb Qwen2-VL-style pixel_values, but the processor ({type(processor).__name__}) has "
-            "no such image processor; use a Qwen2-VL or Qwen2.5-VL model."
-        )
-
-
 def encode_prompt(
     processor, messages: Sequence[Mapping], images: Sequence[Any], device=None
 ) -> dict[str, torch.Tensor]:
-    """`input_ids`, `attention_mask`, `pixel_values`, `image_grid_thw` of one prompt with its images (batch of 1)."""
+    """One prompt with its images (batch of 1), as the model's processor encodes it: `input_ids`, `attention_mask`,
+    `pixel_values` and the family's own image inputs (`image_grid_thw`, `image_sizes`, `pixel_attention_mask`,
+    `token_type_ids`, ...)."""
     from trl.data_utils import prepare_multimodal_messages
 
-    _check_vision_processor(processor)
+    if getattr(processor, "image_processor", None) is None:
+        raise ValueError(f"VEPO's signals perturb the model's images, but {type(processor).__name__} has none.")
     if not images:
         raise ValueError("VEPO's signals compare a clean and a perturbed image; this prompt has no image.")
     messages = prepare_multimodal_messages([dict(m) for m in messages], images=list(images))
     text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     inputs = processor(text=[text], images=list(images), return_tensors="pt")
-    keys = ("input_ids", "attention_mask", "pixel_values", "image_grid_thw")
-    return {key: inputs[key].to(device) if device is not None else inputs[key] for key in keys}
+    # PaliGemma's prompt-only `labels` are no model input here
+    return {
+        key: value.to(device) if device is not None else value
+        for key, value in inputs.items()
+        if isinstance(value, torch.Tensor) and key != "labels"
+    }
 
 
 def _media_token_ids(model) -> list[int] | None:
@@ -287,14 +285,14 @@ def completion_signals(
     signal a page shows (H, H', JSD, |dH|, sampled-token log-probs, and KL when the strategy needs it), then
     `select_tokens` with `settings`' strategy, `k` and `alpha`.
     """
-    _check_vision_processor(processor)
     if not completions:
         raise ValueError("No completions to score.")
+    layout = pixel_layout(model.config, processor.image_processor, settings.strategy)  # one line for other models
+    family = family_of(model)
     tokenizer = getattr(processor, "tokenizer", processor)
     device = prompt["input_ids"].device
     strategy = get_strategy(settings.strategy)
     names = set(_ALL_SIGNALS) | set(strategy.signals)
-    layout = PixelLayout.from_image_processor(processor.image_processor)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     length = max(1, max(len(c) for c in completions))
     ids = torch.full((len(completions), length), pad, dtype=torch.long, device=device)
@@ -304,17 +302,7 @@ def completion_signals(
         mask[row, : len(completion)] = True
 
     pixel_values = prompt["pixel_values"]
-    perturbed_pixels = perturb_pixel_values(
-        settings.perturbation,
-        pixel_values,
-        prompt["image_grid_thw"],
-        layout,
-        seed=settings.seed,
-        step=settings.step,
-        noise_step=settings.noise_step,
-        sigma=settings.noise_sigma,
-        patch_probability=settings.patch_probability,
-    )
+    perturbed_pixels = perturb_prompt_pixels(prompt, layout, settings, family)
     head = model.get_output_embeddings()
     text_config = model.config.get_text_config()
     logit_scale = getattr(text_config, "logit_scale", None)
@@ -322,13 +310,9 @@ def completion_signals(
     for start in range(0, len(completions), batch_size):
         rows = slice(start, min(start + batch_size, len(completions)))
         n = rows.stop - rows.start
-        inputs = {
-            "input_ids": torch.cat([prompt["input_ids"].expand(n, -1), ids[rows]], dim=1),
-            "attention_mask": torch.cat([prompt["attention_mask"].expand(n, -1), mask[rows].long()], dim=1),
-            "image_grid_thw": prompt["image_grid_thw"].repeat(n, 1),
-        }
-        clean = _completion_hidden(model, {**inputs, "pixel_values": pixel_values.repeat(n, 1)}, length)
-        perturbed = _completion_hidden(model, {**inputs, "pixel_values": perturbed_pixels.repeat(n, 1)}, length)
+        inputs = _repeated(prompt, ids[rows], mask[rows], prefix_lm=family is not None and family.prefix_lm)
+        clean = _completion_hidden(model, {**inputs, "pixel_values": _repeat(pixel_values, n)}, length)
+        perturbed = _completion_hidden(model, {**inputs, "pixel_values": _repeat(perturbed_pixels, n)}, length)
         rows_mask = mask[rows]
         computed = token_signals(
             clean[rows_mask],
@@ -353,6 +337,56 @@ def completion_signals(
         seeds = row_seeds(sequence, token_mask, settings.seed, settings.step)
     selected = select_tokens(strategy, signals, mask, ratio=settings.ratio, alpha=settings.alpha, seeds=seeds)
     return ExampleSignals(completion_ids=ids, mask=mask, signals=signals, selected=selected)
+
+
+def perturb_prompt_pixels(
+    prompt: Mapping[str, torch.Tensor], layout, settings: SignalSettings, family=None
+) -> torch.Tensor:
+    """The prompt's `pixel_values` perturbed as `VEPOTrainer` perturbs them for this prompt's responses: the same
+    layout inputs and, for tiles counted per response (InternVL's `num_tiles`), the prompt's tiles as one group."""
+    pixel_values = prompt["pixel_values"]
+    tile_groups = [pixel_values.size(0)] if family is not None and family.tiles_per_prompt else None
+    return perturb_pixel_values(
+        settings.perturbation,
+        pixel_values,
+        prompt.get("image_grid_thw"),
+        layout,
+        seed=settings.seed,
+        step=settings.step,
+        image_sizes=prompt.get("image_sizes"),
+        pixel_attention_mask=prompt.get("pixel_attention_mask"),
+        tile_groups=tile_groups,
+        noise_step=settings.noise_step,
+        sigma=settings.noise_sigma,
+        patch_probability=settings.patch_probability,
+    )
+
+
+def _repeat(value: torch.Tensor, n: int) -> torch.Tensor:
+    """A one-prompt image input for `n` responses of it: its images (tiles, patch rows, sizes) `n` times over."""
+    return value.repeat(n, *[1] * (value.ndim - 1))
+
+
+def _repeated(prompt, completion_ids, completion_mask, *, prefix_lm: bool) -> dict[str, torch.Tensor]:
+    """Model inputs of `n` responses to one prompt, pixel values aside: prompt + completion ids and masks, the
+    per-token types extended over the completion (0 = text; 1 for a prefix LM's causal suffix, PaliGemma), every
+    other image input repeated."""
+    n = completion_ids.size(0)
+    inputs = {
+        "input_ids": torch.cat([prompt["input_ids"].expand(n, -1), completion_ids], dim=1),
+        "attention_mask": torch.cat([prompt["attention_mask"].expand(n, -1), completion_mask.long()], dim=1),
+    }
+    for key, value in prompt.items():
+        if key in inputs or key == "pixel_values":
+            continue
+        if key in ("token_type_ids", "mm_token_type_ids"):
+            types = torch.cat([value.expand(n, -1), torch.zeros_like(completion_ids, dtype=value.dtype)], dim=1)
+            if prefix_lm and key == "token_type_ids":
+                types = causal_completion(types, completion_ids.size(1))
+            inputs[key] = types
+        else:
+            inputs[key] = _repeat(value, n)
+    return inputs
 
 
 def _signal_fields() -> tuple[str, ...]:

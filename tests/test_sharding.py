@@ -178,3 +178,29 @@ def test_sharded_upstream_fsdp2_trains_a_vlm_head_on_each_process_own_data(tmp_p
     _, weights = run_trainer(tmp_path / "fsdp2", tiny_model_dir, "fsdp2", "grpo")
     difference, name = largest_difference(weights, reference)
     assert name == "lm_head.weight" and difference > 1e-2
+
+
+# One family per `pixel_values` layout beside Qwen's patch rows: whole images, per-response tiles, any-res crops, tiles
+# counted per prompt, images padded to the batch's largest
+LAYOUT_FAMILIES = ["gemma3", "smolvlm", "llava-next", "internvl", "mistral3"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", LAYOUT_FAMILIES)
+def test_sharded_fsdp2_on_every_pixel_layout_ends_on_the_one_process_weights(tmp_path, family):
+    """FSDP2 through accelerate (the family's own blocks wrapped): the text-only process runs the family's vision
+    tower on the dummy image wherever the image process runs it, and both end on the one-process run's weights."""
+    from vepo_trl.testing import save_tiny
+
+    model_dir = str(save_tiny(family, tmp_path / family))
+    reference_report, reference = run_trainer(tmp_path / "single", model_dir, "single")
+    report, weights = run_trainer(tmp_path / "fsdp2", model_dir, "fsdp2")
+    assert (report["distributed_type"], report["fsdp_version"]) == ("DistributedType.FSDP", 2)
+    text_rank, image_rank = report["ranks"]
+    assert text_rank["digest"] == image_rank["digest"]
+    assert text_rank["perturbed"] == 0 and image_rank["perturbed"] == 8
+    assert text_rank["dummy_forwards"] > 0 and image_rank["dummy_forwards"] == 0
+    assert text_rank["changed"] > 0.1
+    difference, name = largest_difference(weights, reference)
+    assert difference < 1e-4, (name, difference)
+    assert report["losses"] == pytest.approx(reference_report["losses"], abs=1e-5)

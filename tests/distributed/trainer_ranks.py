@@ -32,7 +32,23 @@ import torch
 LAYERS = "Qwen2_5_VLDecoderLayer,Qwen2_5_VLVisionBlock"
 
 
-def force_sharding(mode: str) -> dict:
+def wrapped_layers(model_dir: str | None) -> list[str]:
+    """The blocks FSDP wraps: the tiny Qwen2.5-VL's decoder and vision blocks; another family's model its own
+    `_no_split_modules` that it holds (some name classes the model never builds), read off a meta-device copy."""
+    if model_dir is None:
+        return LAYERS.split(",")
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    config = AutoConfig.from_pretrained(model_dir)
+    if config.model_type == "qwen2_5_vl":
+        return LAYERS.split(",")
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(config)
+    present = {type(module).__name__ for module in model.modules()}
+    return [name for name in model._no_split_modules if name in present]
+
+
+def force_sharding(mode: str, model_dir: str | None = None) -> dict:
     """Test-only set-up for a CPU run of `mode`; returns the `VEPOConfig` settings that select it."""
     if mode in ("fsdp1", "fsdp2"):
         from accelerate.state import AcceleratorState, PartialState
@@ -50,7 +66,7 @@ def force_sharding(mode: str) -> dict:
                 PartialState._shared_state["device"] = self.device = torch.device("cpu")
 
         AcceleratorState.__init__ = init
-        fsdp_config = {"version": int(mode[-1]), "transformer_layer_cls_to_wrap": LAYERS.split(",")}
+        fsdp_config = {"version": int(mode[-1]), "transformer_layer_cls_to_wrap": wrapped_layers(model_dir)}
         if mode == "fsdp1":
             fsdp_config.update(sync_module_states=False, use_orig_params=True)
         return {"fsdp": "full_shard auto_wrap", "fsdp_config": fsdp_config, "use_cpu": True}
@@ -191,7 +207,7 @@ def main(output: str, model_dir: str, mode: str, trainer_name: str = "vepo") -> 
         shuffle_dataset=False,
         ddp_timeout=120,
         selection_ratio=0.5,
-        **force_sharding(mode),
+        **force_sharding(mode, model_dir),
     )
     # The parent trainer (`grpo`) with the same settings: VEPOConfig's own fields are VEPO's only, GRPO ignores them
     trainer_class = {"vepo": VEPOTrainer, "grpo": GRPOTrainer}[trainer_name]

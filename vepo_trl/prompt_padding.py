@@ -14,6 +14,9 @@ import contextlib
 from collections.abc import Iterator
 
 
+# Per-token outputs of a processor, unpadded with the ids
+_PER_TOKEN_KEYS = ("token_type_ids", "mm_token_type_ids")
+
 __all__ = ["UnpaddedPromptIds", "needs_padding", "padded_then_unpadded", "text_returns_tensors"]
 
 
@@ -47,15 +50,11 @@ def padded_then_unpadded(processing_class) -> Iterator[None]:
         # Per-token fields go back to one list per prompt too (TRL pads them itself); `labels` are the processor's own
         # training targets, which TRL builds itself
         out.pop("labels", None)
-        for key in [key for key in out if key not in ("pixel_values",)]:
-            value = out[key]
-            value = value.tolist() if hasattr(value, "tolist") else value
-            if (
-                isinstance(value, list)
-                and len(value) == len(mask)
-                and all(isinstance(row, list) and len(row) == len(keep) for row, keep in zip(value, mask))
-            ):
+        for key in ("input_ids", *_PER_TOKEN_KEYS):
+            if key in out:
+                value = out[key].tolist() if hasattr(out[key], "tolist") else out[key]
                 out[key] = [[v for v, m in zip(row, keep, strict=True) if m] for row, keep in zip(value, mask)]
+        out["attention_mask"] = [[1] * len(row) for row in out["input_ids"]]
         return out
 
     processing_class.apply_chat_template = apply_chat_template

@@ -93,7 +93,7 @@ def table_cases() -> list[list[str]]:
         cases.append([*TRAIN, f"--{name}", *_invalid(rule)])
     return cases + [
         ["demo", "--per_device_train_batch_size", "0"],
-        [*TRAIN, "--model_name_or_path", "llava15"],
+        [*TRAIN, "--model_name_or_path", "gemma4"],
         [*TRAIN, "--model_name_or_path", "no_processor"],
         [*TRAIN, "--model_name_or_path", "adapter_only"],
         [*TRAIN, "--reward_weights", "nan", "nan", "nan"],
@@ -188,12 +188,12 @@ def make_scratch(folder: Path) -> None:
             (folder / name / "vepo_run.json").write_text(json.dumps({"settings": record}))
     (folder / "keep").mkdir()
     (folder / "keep" / "summary.md").write_text("a good run\n")
-    # A LLaVA-1.5 folder (config.json and a processor config): VEPO has no adapter for its family
-    (folder / "llava15").mkdir()
-    (folder / "llava15" / "config.json").write_text(
-        json.dumps({"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"]})
+    # A Gemma 4 folder (config.json and a processor config): VEPO has no adapter for its family yet
+    (folder / "gemma4").mkdir()
+    (folder / "gemma4" / "config.json").write_text(
+        json.dumps({"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"]})
     )
-    (folder / "llava15" / "processor_config.json").write_text("{}")
+    (folder / "gemma4" / "processor_config.json").write_text("{}")
     # A model folder saved without its processor, and an adapter folder without one
     (folder / "no_processor").mkdir()
     (folder / "no_processor" / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))

@@ -1,0 +1,824 @@
+"""Every family's perturbations on its REAL image processor, at real image sizes, on the CPU.
+
+The tiny models (`vepo_trl.testing`) use toy processor sizes (28-64 px tiles, a few patches), which hide what only
+real sizes show: a 384 px tile the 14 px patch grid does not cover, letterboxed any-res crops, batches padded to the
+largest image, a white page cut into identical tiles, a 20x20 image upscaled. Here each family's own transformers
+image-processor class is built with its reference checkpoint's `preprocessor_config.json` values and its model config
+class with the checkpoint's vision patch size (no weights: `REAL`, one entry per family, each citing its source), and
+the perturbations are checked on synthetic pictures of 448x448, 1280x720, 300x1200 and 20x20, two images in one
+prompt, a batch of prompts and a white diagram:
+
+- identity: `gaussian` at sigma 0 gives `pixel_values` back bit for bit (`diffusion` has no identity step: its step 0
+  still adds noise of std 0.0047 in [0, 1] space);
+- `black_image` is the processor run on black images of the same sizes;
+- `gaussian` noise has std sigma x the checkpoint's normalisation std in [0, 1] space, `diffusion` noise un-scaled is
+  standard normal there;
+- `patch_blackout` blacks out whole patches of the model's own patch grid (the config's patch size), nothing else;
+- padding (SmolVLM / Idefics2 padding tiles and pixels, LLaVA-NeXT / OneVision zero crops and letterbox, Mistral 3
+  pixels past `image_sizes`) stays exactly as the processor made it under every registered perturbation;
+- an image is perturbed alike alone and batched beside another one;
+- identical tiles of one image (the white page) each get their own noise.
+
+A family in `FAMILIES` without an entry here fails `test_real_processor_table_covers_every_family`; an entry whose
+family has not landed yet is skipped. Run with `pytest tests/test_real_processors.py`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from PIL import Image, ImageDraw
+
+from vepo_trl.families import FAMILIES, get_family, pixel_layout
+from vepo_trl.perturb import (
+    PERTURBATIONS,
+    ImageLayout,
+    PixelLayout,
+    anyres_boxes,
+    diffusion_alpha_bar,
+    perturb_pixel_values,
+)
+
+
+CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]  # OpenAI CLIP's, transformers' OPENAI_CLIP_MEAN / _STD
+CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
+HALF = [0.5, 0.5, 0.5]  # SigLIP's, transformers' IMAGENET_STANDARD_MEAN / _STD
+IMAGENET_MEAN = [0.485, 0.456, 0.406]  # transformers' IMAGENET_DEFAULT_MEAN / _STD
+IMAGENET_STD = [0.229, 0.224, 0.225]
+ONEVISION_PINPOINTS = [[384 * i, 384 * j] for i in range(1, 7) for j in range(1, 7)]  # "anyres_max_9"
+NEXT_PINPOINTS = [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]]
+
+
+@dataclass(frozen=True)
+class Real:
+    """A family's reference checkpoint as its processor and config see it: the image-processor class (a
+    `transformers` name) and the kwargs that rebuild its `preprocessor_config.json`; what the family's processor
+    adds on every call (`call`); the config class and the kwargs that give it the checkpoint's vision geometry."""
+
+    checkpoint: str
+    processor: str
+    kwargs: dict
+    config: str
+    config_kwargs: dict
+    call: dict = field(default_factory=dict)
+    # The processor takes images per prompt (nested lists) and lays `pixel_values` out one row per prompt
+    per_prompt: bool = False
+    # Which pixels are the image's own, the rest padding: "all", "pixel_mask" (`pixel_attention_mask`), "image_sizes"
+    # (each image's top-left `image_sizes`) or "anyres" (each crop's box inside the letterbox, zero crops after)
+    real: str = "all"
+    # It cuts an image into tiles: a white page has identical ones
+    tiles: bool = False
+    # The model reads every patch holding an image pixel, the last ones part padding (Idefics2's
+    # patch_attention_mask over a batch padded past the image): its patch grid covers the image rounded up
+    partial_patches: bool = False
+
+
+# Sources. Each entry is its checkpoint's files on the Hub: `preprocessor_config.json` for the processor, `config.json`
+# `vision_config` for the patch size. Each comment says where its values come from: "read" (a public copy of the
+# file, named), "as X" (another entry's or test's file), "card" (the model card and the family's known geometry) or
+# "class defaults" (the transformers class). Checking an entry against the Hub file is one `hf_hub_download` away.
+REAL: dict[str, Real] = {
+    # Qwen/Qwen2-VL-7B-Instruct preprocessor_config.json: Qwen2VLImageProcessor, min_pixels 3136, max_pixels 12845056,
+    # patch_size 14, temporal_patch_size 2, merge_size 2, CLIP mean/std (card: Qwen2.5-VL's file below, read, has the
+    # same; patch, merge, temporal and stats are also the class defaults, max_pixels not: 1003520 there). config.json
+    # vision patch_size 14
+    "qwen2-vl": Real(
+        "Qwen/Qwen2-VL-7B-Instruct",
+        "Qwen2VLImageProcessor",
+        dict(
+            min_pixels=3136,
+            max_pixels=12845056,
+            patch_size=14,
+            temporal_patch_size=2,
+            merge_size=2,
+            image_mean=CLIP_MEAN,
+            image_std=CLIP_STD,
+        ),
+        "Qwen2VLConfig",
+        {"vision_config": {"patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2}},
+    ),
+    # Qwen/Qwen2.5-VL-7B-Instruct preprocessor_config.json (read: the copy in github
+    # remodlai/qwen-2.5-vl-7b-instruct-lexiq): Qwen2_5_VLImageProcessor, min_pixels 3136, max_pixels 12845056, patch
+    # 14, temporal 2, merge 2, CLIP mean/std. config.json vision patch_size 14
+    "qwen2.5-vl": Real(
+        "Qwen/Qwen2.5-VL-7B-Instruct",
+        "Qwen2VLImageProcessor",
+        dict(
+            min_pixels=3136,
+            max_pixels=12845056,
+            patch_size=14,
+            temporal_patch_size=2,
+            merge_size=2,
+            image_mean=CLIP_MEAN,
+            image_std=CLIP_STD,
+        ),
+        "Qwen2_5_VLConfig",
+        {"vision_config": {"patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2}},
+    ),
+    # Qwen/Qwen3-VL-8B-Instruct preprocessor_config.json: Qwen2VLImageProcessorFast, size shortest_edge 65536,
+    # longest_edge 16777216, patch 16, temporal 2, merge 2, mean/std 0.5 (read: copies of the Qwen3-VL-family file in
+    # several public test fixtures agree; card for this checkpoint). config.json vision patch_size 16
+    "qwen3-vl": Real(
+        "Qwen/Qwen3-VL-8B-Instruct",
+        "Qwen2VLImageProcessor",
+        dict(
+            size={"shortest_edge": 65536, "longest_edge": 16777216},
+            patch_size=16,
+            temporal_patch_size=2,
+            merge_size=2,
+            image_mean=HALF,
+            image_std=HALF,
+        ),
+        "Qwen3VLConfig",
+        {"vision_config": {"patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2}},
+    ),
+    # Qwen/Qwen3-VL-30B-A3B-Instruct: as qwen3-vl, the same preprocessor_config.json and vision tower (card)
+    "qwen3-vl-moe": Real(
+        "Qwen/Qwen3-VL-30B-A3B-Instruct",
+        "Qwen2VLImageProcessor",
+        dict(
+            size={"shortest_edge": 65536, "longest_edge": 16777216},
+            patch_size=16,
+            temporal_patch_size=2,
+            merge_size=2,
+            image_mean=HALF,
+            image_std=HALF,
+        ),
+        "Qwen3VLMoeConfig",
+        {"vision_config": {"patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2}},
+    ),
+    # Qwen/Qwen3.5-9B preprocessor_config.json (read: Qwen/Qwen3.5-2B-Base's, as a public log prints it from the Hub;
+    # the same file across Qwen3.5):
+    # Qwen2VLImageProcessorFast, size 65536 / 16777216, patch 16, temporal 2, merge 2, mean/std 0.5. config.json
+    # vision patch_size 16
+    "qwen3.5": Real(
+        "Qwen/Qwen3.5-9B",
+        "Qwen2VLImageProcessor",
+        dict(
+            size={"shortest_edge": 65536, "longest_edge": 16777216},
+            patch_size=16,
+            temporal_patch_size=2,
+            merge_size=2,
+            image_mean=HALF,
+            image_std=HALF,
+        ),
+        "Qwen3_5Config",
+        {"vision_config": {"patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2}},
+    ),
+    # Qwen/Qwen3.5-35B-A3B: as qwen3.5, its preprocessor_config.json and vision tower (card)
+    "qwen3.5-moe": Real(
+        "Qwen/Qwen3.5-35B-A3B",
+        "Qwen2VLImageProcessor",
+        dict(
+            size={"shortest_edge": 65536, "longest_edge": 16777216},
+            patch_size=16,
+            temporal_patch_size=2,
+            merge_size=2,
+            image_mean=HALF,
+            image_std=HALF,
+        ),
+        "Qwen3_5MoeConfig",
+        {"vision_config": {"patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2}},
+    ),
+    # google/gemma-3-4b-it preprocessor_config.json (read: as public eval scripts write it out): Gemma3ImageProcessor,
+    # size 896x896, mean/std 0.5, resample 2 (bilinear), do_pan_and_scan null. config.json vision (SigLIP) image_size
+    # 896, patch_size 14
+    "gemma3": Real(
+        "google/gemma-3-4b-it",
+        "Gemma3ImageProcessor",
+        dict(size={"height": 896, "width": 896}, image_mean=HALF, image_std=HALF, resample=2, do_pan_and_scan=False),
+        "Gemma3Config",
+        {"vision_config": {"model_type": "siglip_vision_model", "image_size": 896, "patch_size": 14}},
+    ),
+    # HuggingFaceTB/SmolVLM2-2.2B-Instruct preprocessor_config.json: SmolVLMImageProcessor, size longest_edge 1536
+    # (the whole image, 4 x 384), max_image_size longest_edge 384 (the tiles), do_image_splitting true, mean/std 0.5,
+    # resample 1 (Lanczos) (card; a public reader's fixture of SmolVLM's files has this 1536 / 384 pair with vision
+    # image_size 384, patch 14; the class defaults are 4 x 364 / 364; the 256M / 500M checkpoints use 512 px tiles of
+    # 16 px patches instead). config.json vision image_size 384, patch_size 14
+    "smolvlm": Real(
+        "HuggingFaceTB/SmolVLM2-2.2B-Instruct",
+        "SmolVLMImageProcessor",
+        dict(
+            size={"longest_edge": 1536},
+            max_image_size={"longest_edge": 384},
+            do_image_splitting=True,
+            image_mean=HALF,
+            image_std=HALF,
+            resample=1,
+        ),
+        "SmolVLMConfig",
+        {"vision_config": {"image_size": 384, "patch_size": 14}, "scale_factor": 3},
+        per_prompt=True,
+        real="pixel_mask",
+        tiles=True,
+    ),
+    # llava-hf/llava-onevision-qwen2-7b-ov-hf preprocessor_config.json (as tests/test_anyres_letterbox.py):
+    # LlavaOnevisionImageProcessor, size 384x384, mean/std 0.5, image_grid_pinpoints (384 i, 384 j) for i, j in 1..6.
+    # config.json vision (SigLIP so400m) image_size 384, patch_size 14
+    "llava-onevision": Real(
+        "llava-hf/llava-onevision-qwen2-7b-ov-hf",
+        "LlavaOnevisionImageProcessor",
+        dict(
+            size={"height": 384, "width": 384},
+            image_grid_pinpoints=ONEVISION_PINPOINTS,
+            image_mean=HALF,
+            image_std=HALF,
+        ),
+        "LlavaOnevisionConfig",
+        {
+            "vision_config": {"model_type": "siglip_vision_model", "image_size": 384, "patch_size": 14},
+            "image_grid_pinpoints": ONEVISION_PINPOINTS,
+        },
+        real="anyres",
+        tiles=True,
+    ),
+    # llava-hf/llava-v1.6-mistral-7b-hf preprocessor_config.json (as tests/test_anyres_letterbox.py):
+    # LlavaNextImageProcessor, shortest_edge 336, crop 336x336, CLIP mean/std, the 5 pinpoints below. config.json
+    # vision (CLIP ViT-L/14-336) image_size 336, patch_size 14
+    "llava-next": Real(
+        "llava-hf/llava-v1.6-mistral-7b-hf",
+        "LlavaNextImageProcessor",
+        dict(
+            size={"shortest_edge": 336},
+            crop_size={"height": 336, "width": 336},
+            image_grid_pinpoints=NEXT_PINPOINTS,
+            image_mean=CLIP_MEAN,
+            image_std=CLIP_STD,
+        ),
+        "LlavaNextConfig",
+        {
+            "vision_config": {"model_type": "clip_vision_model", "image_size": 336, "patch_size": 14},
+            "image_grid_pinpoints": NEXT_PINPOINTS,
+        },
+        real="anyres",
+        tiles=True,
+    ),
+    # llava-hf/llava-1.5-7b-hf preprocessor_config.json: CLIPImageProcessor, shortest_edge 336, center crop 336x336,
+    # CLIP mean/std, resample 3 (card, not read here; the class defaults are 224). config.json vision (CLIP
+    # ViT-L/14-336) image_size 336, patch_size 14
+    "llava": Real(
+        "llava-hf/llava-1.5-7b-hf",
+        "CLIPImageProcessor",
+        dict(
+            size={"shortest_edge": 336},
+            crop_size={"height": 336, "width": 336},
+            image_mean=CLIP_MEAN,
+            image_std=CLIP_STD,
+            resample=3,
+        ),
+        "LlavaConfig",
+        {"vision_config": {"model_type": "clip_vision_model", "image_size": 336, "patch_size": 14}},
+    ),
+    # google/paligemma2-3b-pt-224 preprocessor_config.json (as google/paligemma-3b-pt-224's): SiglipImageProcessor,
+    # size 224x224, mean/std 0.5, resample 3 (card, not read here). config.json vision (SigLIP) image_size 224,
+    # patch_size 14
+    "paligemma": Real(
+        "google/paligemma2-3b-pt-224",
+        "SiglipImageProcessor",
+        dict(size={"height": 224, "width": 224}, image_mean=HALF, image_std=HALF, resample=3),
+        "PaliGemmaConfig",
+        {"vision_config": {"model_type": "siglip_vision_model", "image_size": 224, "patch_size": 14}},
+    ),
+    # HuggingFaceM4/idefics2-8b preprocessor_config.json: Idefics2ImageProcessor, shortest_edge 378, longest_edge 980,
+    # mean/std 0.5, do_image_splitting false (card; all of them Idefics2ImageProcessor's class defaults too). Not
+    # splitting, it has no identical tiles to check. config.json vision image_size 980, patch_size 14
+    "idefics2": Real(
+        "HuggingFaceM4/idefics2-8b",
+        "Idefics2ImageProcessor",
+        dict(
+            size={"shortest_edge": 378, "longest_edge": 980}, image_mean=HALF, image_std=HALF, do_image_splitting=False
+        ),
+        "Idefics2Config",
+        {"vision_config": {"image_size": 980, "patch_size": 14}},
+        per_prompt=True,
+        real="pixel_mask",
+        partial_patches=True,
+    ),
+    # OpenGVLab/InternVL3-8B-hf preprocessor_config.json: GotOcr2ImageProcessorFast, size 448x448, min_patches 1,
+    # max_patches 12, ImageNet mean/std (card; a public spec of InternVL3.5-8B-HF's processor reads 448 px tiles, 1 to
+    # 12 of them; vepo_trl/testing.py's tiny InternVL cites the stats). crop_to_patches is InternVLProcessor's
+    # images_kwargs default (True), passed on each call as the processor does. config.json vision image_size
+    # [448, 448], patch_size [14, 14]
+    "internvl": Real(
+        "OpenGVLab/InternVL3-8B-hf",
+        "GotOcr2ImageProcessor",
+        dict(
+            size={"height": 448, "width": 448},
+            min_patches=1,
+            max_patches=12,
+            image_mean=IMAGENET_MEAN,
+            image_std=IMAGENET_STD,
+        ),
+        "InternVLConfig",
+        {"vision_config": {"image_size": [448, 448], "patch_size": [14, 14]}},
+        call={"crop_to_patches": True},
+        tiles=True,
+    ),
+    # zai-org/GLM-4.1V-9B-Thinking preprocessor_config.json: Glm4vImageProcessor, size shortest_edge 12544,
+    # longest_edge 9633792, patch 14, temporal 2, merge 2, CLIP mean/std (read: zai-org/GLM-OCR's file, quoted
+    # verbatim in a public fixture, which public converters give glm4v models too; GLM-4.1V's own not read; the class
+    # default longest_edge is 11760000). config.json vision patch_size 14
+    "glm4v": Real(
+        "zai-org/GLM-4.1V-9B-Thinking",
+        "Glm4vImageProcessor",
+        dict(
+            size={"shortest_edge": 12544, "longest_edge": 9633792},
+            patch_size=14,
+            temporal_patch_size=2,
+            merge_size=2,
+            image_mean=CLIP_MEAN,
+            image_std=CLIP_STD,
+        ),
+        "Glm4vConfig",
+        {"vision_config": {"patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2}},
+    ),
+    # mistralai/Mistral-Small-3.1-24B-Instruct-2503 preprocessor_config.json (read: Mistral 3 / Pixtral bundles' files
+    # in public fixtures): PixtralImageProcessor, size longest_edge 1540, patch_size 14, CLIP mean/std, resample 3.
+    # processor_config.json: patch_size 14, spatial_merge_size 2, so PixtralProcessor hands the image processor
+    # patch_size 14 x 2 = 28 on each call. config.json vision (Pixtral) image_size 1540, patch_size 14
+    "mistral3": Real(
+        "mistralai/Mistral-Small-3.1-24B-Instruct-2503",
+        "PixtralImageProcessor",
+        dict(
+            size={"longest_edge": 1540},
+            patch_size={"height": 14, "width": 14},
+            image_mean=CLIP_MEAN,
+            image_std=CLIP_STD,
+            resample=3,
+        ),
+        "Mistral3Config",
+        {"vision_config": {"model_type": "pixtral", "image_size": 1540, "patch_size": 14}, "spatial_merge_size": 2},
+        call={"patch_size": {"height": 28, "width": 28}},
+        real="image_sizes",
+    ),
+    # google/gemma-4-e2b-it (the checkpoint transformers' Gemma 4 docstrings name): Gemma4ImageProcessor's class
+    # defaults in transformers (not read from the Hub): patch_size 16, max_soft_tokens 280, pooling 3, no
+    # normalisation. Not a family yet (families.NOT_YET): skipped until it lands
+    "gemma4": Real(
+        "google/gemma-4-e2b-it",
+        "Gemma4ImageProcessor",
+        dict(
+            patch_size=16,
+            max_soft_tokens=280,
+            pooling_kernel_size=3,
+            do_normalize=False,
+            image_mean=[0.0, 0.0, 0.0],
+            image_std=[1.0, 1.0, 1.0],
+        ),
+        "Gemma4Config",
+        {"vision_config": {"patch_size": 16, "pooling_kernel_size": 3}},
+    ),
+}
+
+# Checks that fail on the current code: (check, family) -> why, in one line; each runs as a strict xfail. None now
+KNOWN_FAILURES: dict[tuple[str, str], str] = {}
+
+
+def families(check: str, only=None) -> list:
+    """The table's families for one check, a known failure marked as a strict xfail."""
+    params = []
+    for name, entry in REAL.items():
+        if only is not None and not only(entry):
+            continue
+        reason = KNOWN_FAILURES.get((check, name))
+        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+        params.append(pytest.param(name, marks=marks, id=name))
+    return params
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Images
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def picture(width: int, height: int, seed: int) -> Image.Image:
+    """A synthetic photo: two gradients, a wave and a few shapes, no pure black or white, no two equal tiles."""
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    red = 30 + 190 * x / max(width - 1, 1)
+    green = 30 + 190 * y / max(height - 1, 1)
+    blue = 128 + 90 * np.sin(x * (0.031 + 0.007 * seed) + y * 0.023 + seed)
+    image = Image.fromarray(np.stack([red, green, blue], -1).clip(12, 243).astype(np.uint8))
+    draw = ImageDraw.Draw(image)
+    draw.ellipse((width // 5, height // 5, width // 2, height // 2), fill=(200, 40 + 20 * seed, 60))
+    draw.rectangle((width // 2, height // 2, width * 4 // 5, height * 4 // 5), outline=(20, 160, 220), width=3)
+    return image
+
+
+@functools.cache
+def diagram() -> Image.Image:
+    """A white page with a few black strokes in one corner: the rest of it cuts into identical white tiles."""
+    page = Image.new("RGB", (896, 896), (255, 255, 255))
+    draw = ImageDraw.Draw(page)
+    draw.rectangle((40, 40, 200, 160), outline=(0, 0, 0), width=6)
+    draw.line((40, 200, 260, 120), fill=(0, 0, 0), width=3)
+    for row in range(4):  # a few lines of "text"
+        draw.line((60, 230 + 14 * row, 60 + 40 * (row + 2), 230 + 14 * row), fill=(0, 0, 0), width=4)
+    return page
+
+
+SQUARE, WIDE, TALL, TINY = (448, 448, 0), (1280, 720, 1), (300, 1200, 2), (20, 20, 3)
+# Each case: prompts, each a list of (width, height, seed) pictures or "diagram"
+CASES = {
+    "1280x720": [[WIDE]],
+    "300x1200": [[TALL]],
+    "20x20": [[TINY]],
+    "two images": [[SQUARE, WIDE]],
+    "two prompts": [[WIDE], [TALL, TINY]],  # a batch that pads: tiles, crops, pixels
+    "diagram": [["diagram"]],
+}
+
+
+def images_of(prompts, black=False) -> list[list[Image.Image]]:
+    out = []
+    for prompt in prompts:
+        images = [diagram() if spec == "diagram" else picture(*spec) for spec in prompt]  # (w, h, seed) or a page
+        out.append([Image.new("RGB", image.size) for image in images] if black else images)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The real processors
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def real_processor(name: str):
+    """(family, image processor, model config, layout) of a table entry; skipped while its family is unknown."""
+    try:
+        family = get_family(name)
+    except ValueError:
+        from vepo_trl.families import NOT_YET
+
+        reason = f"refused at start-up (families.NOT_YET: {NOT_YET[name][2]})" if name in NOT_YET else "not landed"
+        pytest.skip(f"{name!r} is not a family yet: {reason}")
+    entry = REAL[name]
+    image_processor = getattr(transformers, entry.processor)(**entry.kwargs)
+    config = getattr(transformers, entry.config)(**entry.config_kwargs)
+    return family, image_processor, config, pixel_layout(config, image_processor)
+
+
+def vision_patch(config) -> int:
+    patch = config.vision_config.patch_size
+    return int(patch[0] if isinstance(patch, (list, tuple)) else patch)
+
+
+@dataclass
+class Encoded:
+    """A batch as the family's processor makes it: `pixel_values` and `image_grid_thw`, the other keyword arguments
+    the trainer hands `perturb_pixel_values` (`image_sizes`, `pixel_attention_mask`, `tile_groups`), which values are
+    the images' own (`real`, shaped like `pixel_values`) and the model's patch size."""
+
+    pixel_values: torch.Tensor
+    grid: torch.Tensor | None
+    layout: PixelLayout | ImageLayout
+    options: dict
+    real: torch.Tensor
+    # Padding the processor fills with zeros (the rest of what is not `real` is any-res letterbox, black)
+    zero: torch.Tensor
+    patch: int
+
+
+def encode(name: str, case, black: bool = False) -> Encoded:
+    """A case of `CASES` by name, or any prompts (lists of picture specs), through the family's real processor; one
+    encoding for prompts its processor and the trainer cannot tell apart (the same images, where neither groups them
+    per prompt)."""
+    family = real_processor(name)[0]
+    prompts = CASES[case] if isinstance(case, str) else case
+    if not (REAL[name].per_prompt or family.tiles_per_prompt):
+        prompts = [[spec for prompt in prompts for spec in prompt]]
+    return _encode(name, json.dumps(prompts), black)
+
+
+@functools.cache
+def _encode(name: str, prompts: str, black: bool) -> Encoded:
+    family, image_processor, config, layout = real_processor(name)
+    entry = REAL[name]
+    prompts = images_of(json.loads(prompts), black)
+    images = prompts if entry.per_prompt else [image for prompt in prompts for image in prompt]
+    out = image_processor(images=images, return_tensors="pt", **entry.call)
+    pixel_values = out["pixel_values"]
+    options = {"image_sizes": out.get("image_sizes"), "pixel_attention_mask": out.get("pixel_attention_mask")}
+    if family.tiles_per_prompt:  # TRL's `num_tiles`: each prompt's tiles, counted by the image processor
+        counts = torch.as_tensor(out["num_patches"]).split([len(prompt) for prompt in prompts])
+        options["tile_groups"] = [int(count.sum()) for count in counts]
+    real, zero = real_pixels(entry, layout, pixel_values, out)
+    return Encoded(pixel_values, out.get("image_grid_thw"), layout, options, real, zero, vision_patch(config))
+
+
+def real_pixels(entry: Real, layout, pixel_values: torch.Tensor, out) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which values of `pixel_values` are the images' own, and which are zero padding, from what the processor
+    returned: everything, the pixel mask, each image's top-left `image_sizes`, or each any-res crop's box (the rest of
+    the crop letterbox, crops past an image's own zero padding)."""
+    everything = torch.ones_like(pixel_values, dtype=torch.bool)
+    if isinstance(layout, PixelLayout) or entry.real == "all":
+        return everything, ~everything
+    channels, height, width = pixel_values.shape[-3:]
+    tiles = math.prod(pixel_values.shape[:-3])
+    real = torch.ones(tiles, height, width, dtype=torch.bool)
+    if entry.real == "pixel_mask":
+        real &= out["pixel_attention_mask"].reshape(tiles, height, width).bool()
+        zero = ~real
+    elif entry.real == "image_sizes":
+        for index, (h, w) in enumerate(out["image_sizes"].tolist()):
+            real[index, h:] = False
+            real[index, :, w:] = False
+        zero = ~real
+    elif entry.real == "anyres":
+        crops = pixel_values.shape[1]
+        zero = torch.zeros_like(real)
+        for index, size in enumerate(out["image_sizes"].tolist()):
+            boxes = anyres_boxes(tuple(size), entry.kwargs["image_grid_pinpoints"], layout.crop_size)
+            assert len(boxes) <= crops, (size, len(boxes), crops)
+            zero[index * crops + len(boxes) : (index + 1) * crops] = True
+            boxes += [None] * (crops - len(boxes))
+            for k, box in enumerate(boxes):
+                tile = real[index * crops + k]
+                tile[:] = False
+                if box is not None:
+                    tile[box[0] : box[1], box[2] : box[3]] = True
+    else:
+        raise ValueError(entry.real)
+
+    def expand(mask):
+        return mask.unsqueeze(1).expand(-1, channels, -1, -1).reshape(pixel_values.shape)
+
+    return expand(real), expand(zero)
+
+
+def perturb(name: str, enc: Encoded, **params) -> torch.Tensor:
+    return perturb_pixel_values(name, enc.pixel_values, enc.grid, enc.layout, **enc.options, **params)
+
+
+def tiles_of(values: torch.Tensor) -> torch.Tensor:
+    return values.reshape(-1, *values.shape[-3:])
+
+
+def unit_channels(enc: Encoded, values: torch.Tensor) -> list[torch.Tensor]:
+    """The images' own values in [0, 1] space, one flat tensor per channel."""
+    layout = enc.layout
+    if isinstance(layout, PixelLayout):
+        unit = layout.to_unit(values)  # (rows, C, T * P * P)
+        return [unit[:, c].flatten() for c in range(layout.channels)]
+    unit, real = layout.to_unit(tiles_of(values)), tiles_of(enc.real)
+    return [unit[:, c][real[:, c]] for c in range(layout.channels)]
+
+
+# Every size at least once per check: "two images" is 448x448 and 1280x720 in one prompt
+SIZES = ["two images", "300x1200", "20x20"]
+
+
+def within(measured: float, expected: float, samples: int, spread: float = 1.0) -> bool:
+    """`measured` a statistic of `samples` draws with standard error `spread / sqrt(samples)`: within 5 of those
+    (and 0.005) of `expected`."""
+    return abs(measured - expected) < 5 * spread / math.sqrt(samples) + 0.005
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The table
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_real_processor_table_covers_every_family():
+    """A new family cannot skip these checks: each one in `FAMILIES` has its real processor here."""
+    missing = [family.name for family in FAMILIES if family.name not in REAL]
+    assert not missing, f"no real-processor entry in tests/test_real_processors.py REAL for {missing}"
+
+
+@pytest.mark.parametrize("name", families("registry"))
+def test_real_processor_matches_the_registry(name):
+    """The family's registry agrees with its real checkpoint: reference, normalisation, the layout's patch geometry
+    and the model's."""
+    family, image_processor, config, layout = real_processor(name)
+    entry = REAL[name]
+    std = torch.tensor(layout.image_std)
+    if family.reference is not None:
+        assert family.reference[0] == entry.checkpoint
+        torch.testing.assert_close(std, torch.tensor(family.reference[1]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(std, torch.tensor(entry.kwargs["image_std"]), atol=1e-6, rtol=0)
+    patch = vision_patch(config)
+    assert layout.patch_size == patch
+    if isinstance(layout, PixelLayout):
+        # The rows the processor makes are the vision tower's patches
+        vision = config.vision_config
+        assert layout.merge_size == getattr(vision, "spatial_merge_size", layout.merge_size)
+        assert layout.temporal_patch_size == getattr(vision, "temporal_patch_size", layout.temporal_patch_size)
+        enc = encode(name, "1280x720")
+        assert enc.pixel_values.shape[1] == layout.channels * layout.temporal_patch_size * patch**2
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The checks
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", families("identity"))
+def test_real_processor_identity_is_exact(name):
+    """`gaussian` at sigma 0 gives the processor's pixels back, bit for bit."""
+    real_processor(name)
+    for case in SIZES:
+        enc = encode(name, case)
+        assert torch.equal(perturb("gaussian", enc, seed=1, step=2, sigma=0.0), enc.pixel_values), case
+
+
+@pytest.mark.parametrize("name", families("black"))
+def test_real_processor_black_image_is_the_processor_on_black_images(name):
+    """Black in normalised space is the family's own: the processor run on black images of the same sizes."""
+    real_processor(name)
+    for case in SIZES:
+        enc, black = encode(name, case), encode(name, case, black=True)
+        assert black.pixel_values.shape == enc.pixel_values.shape
+        assert enc.grid is None or torch.equal(enc.grid, black.grid)
+        out = perturb("black_image", enc, seed=3)
+        torch.testing.assert_close(out, black.pixel_values, atol=1e-5, rtol=0, msg=lambda m, case=case: f"{case}: {m}")
+
+
+@pytest.mark.parametrize("name", families("noise"))
+def test_real_processor_noise_strength_in_image_space(name):
+    """`gaussian` at sigma: std sigma x the checkpoint's std per channel in [0, 1] space; `diffusion` at step tau:
+    `(I' - sqrt(abar) I) / sqrt(1 - abar)` standard normal where the clamp did not bite (compared with the same
+    clamp of a standard normal draw)."""
+    real_processor(name)
+    std = REAL[name].kwargs["image_std"]
+    noise_step = 500
+    abar = diffusion_alpha_bar(noise_step)
+    for case in ("two images", "20x20"):
+        enc = encode(name, case)
+        clean = unit_channels(enc, enc.pixel_values)
+        noisy = unit_channels(enc, perturb("gaussian", enc, seed=4, step=1, sigma=2.0))
+        for channel, (n, c) in enumerate(zip(noisy, clean)):
+            measured = float((n - c).std())
+            assert within(measured / (2.0 * std[channel]), 1.0, c.numel(), 0.71), (case, channel, measured)
+        out = perturb("diffusion", enc, seed=4, step=1, noise_step=noise_step)
+        if isinstance(enc.layout, PixelLayout):
+            # Both temporal copies of a still frame carry the same noise
+            unit = enc.layout.to_unit(out)
+            half = unit.shape[-1] // 2
+            assert torch.equal(unit[..., :half], unit[..., half:])
+        clean, noisy = torch.cat(clean), torch.cat(unit_channels(enc, out))
+        assert noisy.min() >= -1e-5 and noisy.max() <= 1 + 1e-5
+        generator = torch.Generator().manual_seed(0)
+        reference = math.sqrt(abar) * clean + math.sqrt(1 - abar) * torch.randn(clean.shape, generator=generator)
+        stats = []
+        for values in (noisy, reference.clamp(0, 1)):
+            inside = (values > 1e-4) & (values < 1 - 1e-4)
+            noise = ((values - math.sqrt(abar) * clean) / math.sqrt(1 - abar))[inside]
+            stats.append((float(noise.std()), float(noise.mean()), float(inside.float().mean()), int(inside.sum())))
+        (std_n, mean_n, inside_n, count), (std_r, mean_r, inside_r, _) = stats
+        assert within(std_n, std_r, count), (case, std_n, std_r)
+        assert within(mean_n, mean_r, count, 1.42), (case, mean_n, mean_r)
+        assert within(inside_n, inside_r, clean.numel(), 0.71), (case, inside_n, inside_r)
+
+
+def patch_hits(name: str, enc: Encoded, out: torch.Tensor) -> tuple[int, int]:
+    """Checks `out` changes whole model patches to black and nothing else; returns (patches changed, image
+    patches)."""
+    p = enc.patch
+    if isinstance(enc.layout, PixelLayout):
+        # A row is one of the model's patches: the clean one or entirely black
+        kept = (out == enc.pixel_values).all(-1)
+        dropped = (enc.layout.to_unit(out).abs() < 1e-5).flatten(1).all(-1)
+        assert bool((kept | dropped).all()), "a patch row changed in part"
+        return int(dropped.sum()), dropped.numel()
+    clean, perturbed, real = tiles_of(enc.pixel_values), tiles_of(out), tiles_of(enc.real)[:, 0]
+    changed = (perturbed != clean).any(1)
+    assert not (changed & ~real).any(), "a value outside the images changed"
+    black = (enc.layout.to_unit(perturbed).abs() < 1e-5).all(1)
+    assert bool(black[changed].all()), "a changed pixel is not black"
+    height, width = clean.shape[-2:]
+    if REAL[name].partial_patches:  # the grid covers each image rounded up to whole patches
+        pad = (0, -width % p, 0, -height % p)
+        changed, real = torch.nn.functional.pad(changed, pad), torch.nn.functional.pad(real, pad)
+        height, width = changed.shape[-2:]
+    gh, gw = height // p, width // p
+    # Pixels past the patch grid (a 384 px tile's last 6 rows and columns at 14 px patches) are never read: they stay
+    assert not changed[:, gh * p :].any() and not changed[:, :, gw * p :].any(), "a pixel past the patch grid changed"
+
+    def squares(mask):
+        return mask[:, : gh * p, : gw * p].reshape(-1, gh, p, gw, p)
+
+    changed_sq, real_sq = squares(changed), squares(real)
+    hit = changed_sq.any(4).any(2)
+    # A patch changes entirely: all of its image pixels (none of its padding, checked above)
+    whole = (changed_sq == real_sq).all(4).all(2)
+    assert bool(whole[hit].all()), "a patch changed in part"
+    image_patches = real_sq.any(4).any(2)
+    return int(hit[image_patches].sum()), int(image_patches.sum())
+
+
+@pytest.mark.parametrize("name", families("patch_blackout"))
+def test_real_processor_patch_blackout_blacks_out_whole_model_patches(name):
+    """Only whole patches of the model's own grid (its config's patch size, from each tile's top-left corner)
+    change, each to black over all of its image pixels: about half of them at probability 0.5, all at 1."""
+    real_processor(name)
+    hits = total = 0
+    for case in SIZES:
+        enc = encode(name, case)
+        half = patch_hits(name, enc, perturb("patch_blackout", enc, seed=5, step=1, patch_probability=0.5))
+        hits, total = hits + half[0], total + half[1]
+        everything = patch_hits(name, enc, perturb("patch_blackout", enc, seed=5, step=1, patch_probability=1.0))
+        assert everything[0] == everything[1], (case, everything)
+    assert within(hits / total, 0.5, total, 0.5), (hits, total)
+
+
+@pytest.mark.parametrize("name", families("padding"))
+def test_real_processor_padding_stays_as_the_processor_made_it(name):
+    """Padding tiles and pixels, zero crops and letterbox: exactly as the processor made them under every registered
+    perturbation, on batches that have them."""
+    real_processor(name)
+    entry = REAL[name]
+    # 1280x720 in one prompt, 300x1200 and 20x20 in another: tiles, crops and pixels padded, letterbox of all shapes
+    enc = encode(name, "two prompts")
+    padding = ~enc.real
+    if entry.real != "all":
+        assert padding.any(), f"{name}'s processor padded nothing"
+    # What the processor made there: zeros, or black letterbox (any-res)
+    assert not enc.pixel_values[enc.zero].any()
+    if isinstance(enc.layout, ImageLayout):
+        letterbox = tiles_of(padding & ~enc.zero)[:, 0]
+        assert bool((enc.layout.to_unit(tiles_of(enc.pixel_values)).abs() < 1e-5).all(1)[letterbox].all())
+    for perturbation in sorted(PERTURBATIONS):
+        out = perturb(perturbation, enc, seed=6, step=2, sigma=2.0, noise_step=500, patch_probability=0.5)
+        changed = (out != enc.pixel_values) & padding
+        assert not changed.any(), (
+            f"{perturbation}: {int(changed.sum())} of {int(padding.sum())} padding values changed, by up to "
+            f"{float((out - enc.pixel_values)[changed].abs().max()):.3g}"
+        )
+
+
+def units(enc: Encoded) -> int:
+    """How many units (patch rows, or tiles) a batch holds."""
+    values = enc.pixel_values
+    return values.shape[0] if values.ndim == 2 else tiles_of(values).shape[0]
+
+
+def image_start(name: str, prompts, batch: Encoded, position: tuple[int, int]) -> int:
+    """Where the image at `(prompt, index in it)` starts among the batch's units: rows per prompt (SmolVLM,
+    Idefics2), rows per image (LLaVA-NeXT / OneVision), or a flat run of patch rows or tiles."""
+    row, index = position
+    values = batch.pixel_values
+    if values.ndim == 5 and REAL[name].per_prompt:
+        return row * values.shape[1] + sum(units(encode(name, [[spec]])) for spec in prompts[row][:index])
+    before = [spec for prompt in prompts[:row] for spec in prompt] + list(prompts[row][:index])
+    if values.ndim == 5:
+        return len(before) * values.shape[1]
+    return sum(units(encode(name, [[spec]])) for spec in before)
+
+
+@pytest.mark.parametrize("name", families("alone_as_batched"))
+def test_real_processor_each_image_perturbed_alone_as_batched(name):
+    """An image's perturbed pixels depend on it alone: processed alone, or first or second beside another image, in
+    prompts of their own or in one prompt."""
+    real_processor(name)
+    params = dict(seed=7, step=3, sigma=2.0, noise_step=500, patch_probability=0.5)
+    perturbations = ("diffusion", "gaussian", "patch_blackout")
+    batches = [
+        (WIDE, (0, 0), [[WIDE], [TALL]]),
+        (WIDE, (1, 0), [[TALL], [WIDE]]),
+        (WIDE, (0, 1), [[TALL, WIDE]]),
+        (TINY, (1, 0), [[WIDE], [TINY]]),
+    ]
+    alone, seen = {}, set()
+    for image, position, prompts in batches:
+        if image not in alone:
+            enc = encode(name, [[image]])
+            alone[image] = {None: enc.pixel_values, **{p: perturb(p, enc, **params) for p in perturbations}}
+        batch = encode(name, prompts)
+        start, n = image_start(name, prompts, batch, position), units(encode(name, [[image]]))
+        if (id(batch), start) in seen:
+            continue  # the same batch as an earlier one to this family's processor and trainer
+        seen.add((id(batch), start))
+        for perturbation in (None, *perturbations):  # the processor's own pixels first
+            expected = alone[image][perturbation]
+            source = batch.pixel_values if perturbation is None else perturb(perturbation, batch, **params)
+            if expected.ndim == 2:
+                got = source[start : start + n]
+            else:
+                height, width = expected.shape[-2:]
+                got = tiles_of(source)[start : start + n, :, :height, :width]
+            assert torch.equal(got, expected.reshape(got.shape)), (prompts, perturbation)
+
+
+@pytest.mark.parametrize("name", families("identical_tiles", only=lambda entry: entry.tiles))
+def test_real_processor_identical_tiles_get_their_own_noise(name):
+    """A white page's background tiles are identical: each still gets its own noise (and drop mask), a function of
+    the image alone."""
+    real_processor(name)
+    enc = encode(name, "diagram")
+    tiles, real = tiles_of(enc.pixel_values), tiles_of(enc.real)
+    own = [i for i in range(tiles.shape[0]) if real[i].any()]
+    assert len({tiles[i].numpy().tobytes() for i in own}) < len(own), "the page has no identical tiles"
+    for perturbation in ("diffusion", "gaussian", "patch_blackout"):
+        params = dict(seed=0, step=3, sigma=2.0, noise_step=500, patch_probability=0.5)
+        out = perturb(perturbation, enc, **params)
+        noise = tiles_of(out) - tiles
+        fields = {noise[i].numpy().tobytes() for i in own}
+        assert len(fields) == len(own), f"{perturbation}: {len(own)} image tiles carry {len(fields)} noise fields"
+        assert torch.equal(perturb(perturbation, enc, **params), out)

@@ -843,3 +843,25 @@ def test_inputs_trl_cannot_split_are_refused_at_start_up(family_dirs, dataset, t
     with pytest.raises(ValueError, match="do_pan_and_scan on"):
         VEPOTrainer(model=family_dirs["gemma3"], reward_funcs=length_reward, args=make_args(tmp_path),
                     train_dataset=dataset, processing_class=processor)  # fmt: skip
+
+
+def test_paligemma_inputs_it_cannot_take_are_refused_at_start_up(family_dirs, tmp_path):
+    """PaliGemma without a chat template (its checkpoints ship none), with vLLM, or with a text-only row in the
+    eval data or in TRL's `image` column form: one line before training."""
+    from vepo_trl.families import check_family_inputs
+
+    model = AutoModelForImageTextToText.from_pretrained(family_dirs["paligemma"])
+    processor = AutoProcessor.from_pretrained(family_dirs["paligemma"])
+    check_family_inputs(
+        model.config, processor, {"train_dataset": synthetic_training_dataset(2), "eval_dataset": None}
+    )
+    with pytest.raises(ValueError, match="use_vllm"):
+        check_family_inputs(model.config, processor, use_vllm=True)
+    text_only = Dataset.from_list([{"prompt": "a", "image": None}, {"prompt": "b", "image": None}])
+    with pytest.raises(ValueError, match=r"eval_dataset\['a'\] row 0 has none"):
+        check_family_inputs(model.config, processor, {"train_dataset": None, "eval_dataset": {"a": text_only}})
+    processor.chat_template = processor.tokenizer.chat_template = None
+    with pytest.raises(ValueError, match="no chat template") as error:
+        VEPOTrainer(model=family_dirs["paligemma"], reward_funcs=length_reward, processing_class=processor,
+                    args=make_args(tmp_path), train_dataset=synthetic_training_dataset(4, seed=0))  # fmt: skip
+    assert "\n" not in str(error.value)

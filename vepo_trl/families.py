@@ -184,8 +184,10 @@ FAMILIES: tuple[Family, ...] = (
         "llava",
         ("llava",),
         ("LlavaForConditionalGeneration",),
-        "images `(n_images, C, H, W)`",
-        _tiles_layout(),
+        "images `(n_images, C, H, W)`; Pixtral-in-LLaVA checkpoints zero-padded + `image_sizes`",
+        # A CLIP / SigLIP LLaVA's images are all one size; a Pixtral one (mistral-community/pixtral-12b) pads them to
+        # the batch's largest and says each one's size in `image_sizes`
+        _tiles_layout(crop_to_image_sizes=True),
         "tiny-llava",
         reference=("llava-hf/llava-1.5-7b-hf", CLIP_STD),
     ),
@@ -362,11 +364,15 @@ def gaussian_strength_table(sigma: float = 2.0) -> str:
     return "\n".join(rows) + "\n"
 
 
-def check_family_inputs(config, processor, dataset) -> None:
-    """What a family's processor or data would crash on deep inside TRL 1.16, refused at start-up in one line:
-    Gemma 3 with pan-and-scan (extra crops per image, which TRL splits by image count), LLaVA-OneVision with two or
-    more images in one prompt (TRL's and transformers' split of its crops fails), PaliGemma with a text-only prompt
-    (its processor refuses it)."""
+def check_family_inputs(
+    config, processor, datasets: dict | None = None, *, chat_template=None, use_vllm: bool = False
+) -> None:
+    """What a family's processor or data would crash on deep inside TRL 1.16 (or silently mistrain), refused at
+    start-up in one line: Gemma 3 with pan-and-scan (extra crops per image, which TRL splits by image count),
+    LLaVA-OneVision with two or more images in one prompt (TRL's and transformers' split of its crops fails),
+    PaliGemma with a text-only prompt (its processor refuses it), without a chat template (its checkpoints ship none)
+    or with vLLM (its prompt and bidirectional prefix are unverified there). `datasets`: name -> data set (the train
+    and eval data; an eval dict counts each of its sets)."""
     family = family_of(config)
     if family is None:
         return
@@ -376,32 +382,67 @@ def check_family_inputs(config, processor, dataset) -> None:
             "Gemma 3's processor has do_pan_and_scan on: its extra crops per image break TRL 1.16's split of "
             "pixel_values by image count. Load the processor with do_pan_and_scan=False."
         )
-    if family.name == "paligemma" and dataset is not None:
-        fewest = _image_count_row(dataset, min)
-        if fewest is not None and fewest[1] == 0:
+    if family.name == "paligemma":
+        tokenizer = getattr(processor, "tokenizer", None)
+        if (
+            chat_template is None
+            and not getattr(processor, "chat_template", None)
+            and not getattr(tokenizer, "chat_template", None)
+        ):
             raise ValueError(
-                f"PaliGemma needs an image in every prompt (train_dataset row {fewest[0]} has none): its processor "
-                "refuses text-only prompts. Drop text-only rows for this family."
+                "PaliGemma checkpoints ship no chat template and TRL renders conversational prompts with one: set "
+                "processor.chat_template to one that writes each image as <image>, then the text, and pass "
+                "processing_class=processor."
             )
-    if family.name == "llava-onevision" and dataset is not None:
-        most = _image_count_row(dataset, max)
-        if most is not None and most[1] >= 2:
+        if use_vllm:
             raise ValueError(
-                f"LLaVA-OneVision with {most[1]} images in one prompt (train_dataset row {most[0]}): TRL 1.16 cannot "
-                "split its crops per prompt. Keep one image per prompt for this family."
+                "PaliGemma with use_vllm: vLLM's prompt for it (bos and newline added around the images) and its "
+                "bidirectional prefix are not verified against the trainer's; generate with transformers."
             )
+    for name, dataset in _named(datasets or {}):
+        if family.name == "paligemma":
+            fewest = _image_count_row(dataset, min)
+            if fewest is not None and fewest[1] == 0:
+                raise ValueError(
+                    f"PaliGemma needs an image in every prompt ({name} row {fewest[0]} has none): its processor refuses "
+                    "text-only prompts. Drop text-only rows for this family."
+                )
+        if family.name == "llava-onevision":
+            most = _image_count_row(dataset, max)
+            if most is not None and most[1] >= 2:
+                raise ValueError(
+                    f"LLaVA-OneVision with {most[1]} images in one prompt ({name} row {most[0]}): TRL 1.16 cannot "
+                    "split its crops per prompt. Keep one image per prompt for this family."
+                )
+
+
+def _named(datasets: dict) -> list[tuple[str, object]]:
+    """(name, data set) pairs, an eval dict's sets (TRL takes one) each under its own key."""
+    pairs = []
+    for name, dataset in datasets.items():
+        if isinstance(dataset, dict):
+            pairs += [(f"{name}[{key!r}]", value) for key, value in dataset.items() if value is not None]
+        elif dataset is not None:
+            pairs.append((name, dataset))
+    return pairs
 
 
 def _image_count_row(dataset, pick=max) -> tuple[int, int] | None:
     """(row, image count) of the row with the most (`pick=max`) or fewest (`min`) images, read off the Arrow table
-    without decoding any image."""
+    without decoding any image: an `images` list, or TRL's other form, one `image` (none where it is null)."""
     import pyarrow.compute as pc
 
     table = getattr(dataset, "data", None)
-    if table is None or "images" not in getattr(dataset, "column_names", []):
+    columns = getattr(dataset, "column_names", None) or []
+    if table is None:
         return None
-    lengths = pc.list_value_length(table.column("images")).to_pylist()
-    lengths = [0 if n is None else n for n in lengths]
+    if "images" in columns:
+        lengths = pc.list_value_length(table.column("images")).to_pylist()
+        lengths = [0 if n is None else n for n in lengths]
+    elif "image" in columns:
+        lengths = [0 if null else 1 for null in pc.is_null(table.column("image")).to_pylist()]
+    else:
+        return None
     if not lengths:
         return None
     row = pick(range(len(lengths)), key=lengths.__getitem__)

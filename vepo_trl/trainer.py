@@ -52,7 +52,8 @@ from .vllm_prompts import UnexpandedVLLMPrompts, check_vllm_version
 __all__ = ["COUNT_SCALE_KEY", "SELECTION_KEY", "VEPOTrainer"]
 
 logger = logging.getLogger(__name__)
-_TRL_FORWARD_KEYWORDS = frozenset(inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies).parameters)
+_TRL_FORWARD_SIGNATURE = inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies)
+_TRL_FORWARD_KEYWORDS = frozenset(_TRL_FORWARD_SIGNATURE.parameters)
 _PROCESSOR_ONLY_KEYS = ("batch_num_images", "labels")
 
 
@@ -100,7 +101,13 @@ class VEPOTrainer(RestoresCheckpointWeights, UnexpandedVLLMPrompts, UnpaddedProm
         self._token_weights = None
         super().__init__(model, reward_funcs, args, *pos_args, **kwargs)
         self.selection = get_strategy(args.selection_strategy)
-        check_family_inputs(getattr(self.model, "config", None), self.processing_class, self.train_dataset)
+        check_family_inputs(
+            getattr(self.model, "config", None),
+            self.processing_class,
+            {"train_dataset": self.train_dataset, "eval_dataset": self.eval_dataset},
+            chat_template=self.chat_template,
+            use_vllm=args.use_vllm,
+        )
         family = family_of(getattr(self.model, "config", None))
         self._prefix_lm = family is not None and family.prefix_lm
         self._pending_forward = None
@@ -197,7 +204,7 @@ class VEPOTrainer(RestoresCheckpointWeights, UnexpandedVLLMPrompts, UnpaddedProm
                 kwargs.pop(key)
         # PaliGemma: TRL's rollout-time forwards get the completion in the bidirectional prefix (`causal_completion`)
         if self._prefix_lm and kwargs.get("token_type_ids") is not None:
-            length = kwargs["logits_to_keep"] if "logits_to_keep" in kwargs else args[2]
+            length = _TRL_FORWARD_SIGNATURE.bind(self, model, *args, **kwargs).arguments["logits_to_keep"]
             kwargs["token_type_ids"] = causal_completion(kwargs["token_type_ids"], length)
         # `compute_loss` already ran the loss forward (to select tokens from it); hand that result to GRPO's loss
         # instead of running the forward again

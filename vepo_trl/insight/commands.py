@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, fail  # noqa: F401  (the commands' one-line errors, re-exported)
-from ..local_models import check_model_name
+from ..local_models import check_model_name, is_builtin_model
 
 
 # The name `vepo_trl.train` gives the synthetic data (not imported from there: that module loads TRL's trainers,
@@ -110,7 +110,7 @@ def _check_model(name: str | None) -> str:
         if not (path / "config.json").is_file():
             raise UsageError(f"--model: {name} is a folder without config.json, not a saved model")
         return str(path)
-    if name.startswith("tiny-") and not path.exists():
+    if is_builtin_model(name):
         return name  # a built-in tiny model (tiny-qwen2.5-vl, tiny-<family>): built on first use
     if path.exists() or name.startswith((".", "/", "~")) or name.count("/") != 1:
         raise UsageError(f"--model: no such model folder: {name} (nor is it a Hub id of the form org/name)")
@@ -171,7 +171,7 @@ def _load_model(name: str, device: str | None, dtype: str):
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     # The tiny model's name builds it once, unless a folder of that name exists
-    path = resolve_model_name(name) if name.startswith("tiny-") and not Path(name).exists() else name
+    path = resolve_model_name(name) if is_builtin_model(name) else name
     try:
         model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype).to(device).eval()
         processor = AutoProcessor.from_pretrained(path)

@@ -54,6 +54,7 @@ RECIPE_KEYS = {
     "perturbation_seed": "seed",
     "temperature": "temperature",
     "scoring_tile_size": "tile_size",
+    "num_generations": "num_generations",
 }
 
 
@@ -76,6 +77,8 @@ class SignalSettings:
     step: int = 0
     temperature: float = 1.0
     tile_size: int = 64
+    # Rollouts per prompt: `gaussian_release` scales its noise by it, as in a run (the paper's 12)
+    num_generations: int = 12
 
     def __post_init__(self):
         if self.strategy not in SELECTION_STRATEGIES:
@@ -359,6 +362,7 @@ def perturb_prompt_pixels(
         noise_step=settings.noise_step,
         sigma=settings.noise_sigma,
         patch_probability=settings.patch_probability,
+        num_generations=settings.num_generations,
     )
 
 

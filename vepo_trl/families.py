@@ -204,7 +204,8 @@ FAMILIES: tuple[Family, ...] = (
             "TRL 1.16's GRPOTrainer fails on prompts of different lengths (the processor builds `labels` with "
             "np.array over unpadded ids) and scores completions as part of the bidirectional prefix (it extends "
             "`token_type_ids` with zeros): VEPOTrainer tokenises padded then unpadded and marks the completion "
-            "causal, as `generate` samples it. Every prompt needs an image (the processor refuses text-only ones)"
+            "causal, as `generate` samples it. Refused at start-up: a text-only prompt (the processor refuses it), no chat "
+            "template (its checkpoints ship none: set one), vLLM (its prompt and prefix there are unverified)"
         ),
     ),
     Family(

@@ -129,10 +129,14 @@ def test_families_grpo_trainer_trains_one_step(family_dirs, dataset, tmp_path, f
     assert moved(before, trainer.model)
 
 
-# Every strategy (with the paper's perturbation) and every perturbation (with the paper's strategy): what a family
-# changes is the perturbed pass, which depends on the perturbation only; the strategies' math is family-free
-# (tests/test_scoring.py) and their full cross product with the perturbations runs on Qwen2.5-VL (tests/test_trainer.py)
-STEPS = sorted({(name, "diffusion") for name in SELECTION_STRATEGIES} | {("vepo", name) for name in PERTURBATIONS})
+# Every kind of strategy (with the paper's perturbation) and every perturbation (with the paper's strategy): what a
+# family changes is the perturbed pass, which depends on the perturbation and on which signals and count a strategy
+# reads; strategies alike in those differ only in family-free math (tests/test_scoring.py), and every strategy's full
+# cross product with the perturbations runs on Qwen2.5-VL (tests/test_trainer.py). One strategy of each kind here
+_KINDS = {}
+for _name, _strategy in SELECTION_STRATEGIES.items():
+    _KINDS.setdefault((_strategy.signals, _strategy.needs_perturbed_pass, _strategy.count), _name)
+STEPS = sorted({(name, "diffusion") for name in _KINDS.values()} | {("vepo", name) for name in PERTURBATIONS})
 
 
 @pytest.mark.parametrize("family", TRAINABLE)

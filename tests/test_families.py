@@ -843,7 +843,7 @@ def test_inputs_trl_cannot_split_are_refused_at_start_up(family_dirs, dataset, t
     with pytest.raises(ValueError, match=r"LLaVA-OneVision with 2 images in one prompt \(train_dataset row 0\)"):
         VEPOTrainer(model=model, reward_funcs=length_reward, args=make_args(tmp_path), train_dataset=two_images)
     processor = AutoProcessor.from_pretrained(family_dirs["gemma3"])
-    processor.image_processor.do_pan_and_scan = True
+    processor.images_kwargs = {**processor.images_kwargs, "do_pan_and_scan": True}
     with pytest.raises(ValueError, match="do_pan_and_scan on"):
         VEPOTrainer(model=family_dirs["gemma3"], reward_funcs=length_reward, args=make_args(tmp_path),
                     train_dataset=dataset, processing_class=processor)  # fmt: skip
@@ -869,3 +869,25 @@ def test_paligemma_inputs_it_cannot_take_are_refused_at_start_up(family_dirs, tm
         VEPOTrainer(model=family_dirs["paligemma"], reward_funcs=length_reward, processing_class=processor,
                     args=make_args(tmp_path), train_dataset=synthetic_training_dataset(4, seed=0))  # fmt: skip
     assert "\n" not in str(error.value)
+
+
+def test_gemma3_pan_and_scan_fails_in_trls_own_trainer(family_dirs, tmp_path):
+    """Upstream failure behind the start-up refusal: with pan-and-scan on, Gemma 3's processor adds crops per image,
+    and TRL 1.16's GRPOTrainer splits `pixel_values` by image count. When this stops failing, TRL handles the crops
+    and the refusal in `families.check_family_inputs` can go."""
+    processor = AutoProcessor.from_pretrained(family_dirs["gemma3"])
+    # The processor's own image defaults decide (Gemma3Processor.images_kwargs; the image processor's attribute is
+    # overridden by them): pan-and-scan on, the minimum crop at the tiny model's scale (56 px images)
+    processor.images_kwargs = {**processor.images_kwargs, "do_pan_and_scan": True, "pan_and_scan_min_crop_size": 28}
+    rows = synthetic_training_dataset(4, seed=0).to_list()
+    for row in rows:
+        row["images"] = [Image.new("RGB", (448, 112), (200, 30, 30))]  # wide: 4:1 activates pan-and-scan
+    wide = Dataset.from_list(rows, features=synthetic_training_dataset(4, seed=0).features)
+    text = processor.apply_chat_template(wide[0]["prompt"], add_generation_prompt=True)
+    crops = processor(text=[text], images=[wide[0]["images"]], return_tensors="pt")["pixel_values"]
+    assert crops.shape[0] > 1  # the image and its crops
+    grpo = GRPOTrainer(model=family_dirs["gemma3"], reward_funcs=length_reward, processing_class=processor,
+                       args=make_args(tmp_path, GRPOConfig), train_dataset=wide)  # fmt: skip
+    # TRL takes more pixel_values than images for InternVL's tiles and counts them with `crop_to_patches`
+    with pytest.raises(TypeError, match="crop_to_patches"):
+        grpo.train()

@@ -378,10 +378,13 @@ def check_family_inputs(
     if family is None:
         return
     image_processor = getattr(processor, "image_processor", None)
-    if family.name == "gemma3" and getattr(image_processor, "do_pan_and_scan", False):
+    # Gemma3Processor's own image defaults (`images_kwargs`) decide, over the image processor's attribute
+    images_kwargs = getattr(processor, "images_kwargs", None) or {}
+    pan_and_scan = images_kwargs.get("do_pan_and_scan", getattr(image_processor, "do_pan_and_scan", False))
+    if family.name == "gemma3" and pan_and_scan:
         raise ValueError(
             "Gemma 3's processor has do_pan_and_scan on: its extra crops per image break TRL 1.16's split of "
-            "pixel_values by image count. Load the processor with do_pan_and_scan=False."
+            "pixel_values by image count. Keep the processor's images_kwargs do_pan_and_scan=False (its default)."
         )
     if family.name == "paligemma":
         tokenizer = getattr(processor, "tokenizer", None)

@@ -29,6 +29,16 @@ def tiny(tiny_model_dir):
     return model, AutoProcessor.from_pretrained(tiny_model_dir)
 
 
+def assert_signals_are_the_reference(example, row_index, clean, noisy, completion):
+    """Row `row_index`'s signals equal `reference_token_signals` of its clean and perturbed full logits."""
+    reference = reference_token_signals(clean, noisy, completion, temperature=0.8)
+    n = len(completion)
+    assert example.mask[row_index].sum() == n
+    for name in ("entropy", "perturbed_entropy", "jsd", "logp", "perturbed_logp"):
+        got = getattr(example.signals, name)[row_index, :n]
+        torch.testing.assert_close(got, getattr(reference, name), atol=2e-4, rtol=1e-4, msg=name)
+
+
 def test_signals_equal_a_full_logits_reference(tiny, visual_dataset):
     model, processor = tiny
     row = visual_dataset[0]
@@ -55,12 +65,7 @@ def test_signals_equal_a_full_logits_reference(tiny, visual_dataset):
         with torch.no_grad():
             clean = model(**inputs, pixel_values=prompt["pixel_values"]).logits[0, -len(completion) - 1 : -1]
             noisy = model(**inputs, pixel_values=perturbed_pixels).logits[0, -len(completion) - 1 : -1]
-        reference = reference_token_signals(clean, noisy, ids[0], temperature=0.8)
-        n = len(completion)
-        assert example.mask[row_index].sum() == n
-        for name in ("entropy", "perturbed_entropy", "jsd", "logp", "perturbed_logp"):
-            got = getattr(example.signals, name)[row_index, :n]
-            torch.testing.assert_close(got, getattr(reference, name), atol=2e-4, rtol=1e-4, msg=name)
+        assert_signals_are_the_reference(example, row_index, clean, noisy, ids[0])
     # The selection is scoring.select_tokens on those signals
     expected = select_tokens("vepo", example.signals, example.mask, ratio=0.3, alpha=0.7)
     assert torch.equal(example.selected, expected)
@@ -260,12 +265,7 @@ def test_signals_equal_a_full_logits_reference_on_every_family(family, visual_da
         with torch.no_grad():
             clean = model(**inputs).logits[0, -len(completion) - 1 : -1]
             noisy = model(**{**inputs, "pixel_values": perturbed}).logits[0, -len(completion) - 1 : -1]
-        reference = reference_token_signals(clean, noisy, ids[0], temperature=0.8)
-        n = len(completion)
-        assert example.mask[row_index].sum() == n
-        for name in ("entropy", "perturbed_entropy", "jsd", "logp", "perturbed_logp"):
-            got = getattr(example.signals, name)[row_index, :n]
-            torch.testing.assert_close(got, getattr(reference, name), atol=2e-4, rtol=1e-4, msg=name)
+        assert_signals_are_the_reference(example, row_index, clean, noisy, ids[0])
 
 
 def test_inspect_and_analyze_run_on_other_families(tmp_path, monkeypatch, capsys):

@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from .utils import instance_override
+
 
 # Per-token outputs of a processor, unpadded with the ids
 _PER_TOKEN_KEYS = ("token_type_ids", "mm_token_type_ids")
@@ -57,13 +59,8 @@ def padded_then_unpadded(processing_class) -> Iterator[None]:
         out["attention_mask"] = [[1] * len(row) for row in out["input_ids"]]
         return out
 
-    processing_class.apply_chat_template = apply_chat_template
-    try:
+    with instance_override(processing_class, "apply_chat_template", apply_chat_template):
         yield
-    finally:
-        del processing_class.apply_chat_template  # the class's method again
-        if processing_class.apply_chat_template != original:  # an instance attribute was there before us
-            processing_class.apply_chat_template = original
 
 
 class UnpaddedPromptIds:

@@ -1,7 +1,9 @@
 """Small helpers shared across the package (light: no torch or TRL import)."""
 
+import contextlib
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -15,3 +17,17 @@ def stable_seed(*parts) -> int:
     """A 63-bit seed from `parts`' text: the same in every process and run (unlike `hash`, which is salted)."""
     text = ":".join(str(part) for part in parts)
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1
+
+
+@contextlib.contextmanager
+def instance_override(obj, name: str, replacement) -> Iterator[None]:
+    """While the block runs, `obj.<name>` is `replacement` (an instance attribute over the class's method); after it,
+    the class's method again, or the instance attribute that was there before."""
+    original = getattr(obj, name)
+    setattr(obj, name, replacement)
+    try:
+        yield
+    finally:
+        delattr(obj, name)  # the class's method again
+        if getattr(obj, name) != original:  # an instance attribute was there before us
+            setattr(obj, name, original)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from .utils import instance_override
+
 
 __all__ = ["UnexpandedVLLMPrompts", "check_vllm_version", "trl_vllm_range", "unexpanded_prompt_ids", "vllm_gets"]
 
@@ -96,13 +98,8 @@ def vllm_gets(generation, expanded: list[list[int]], unexpanded: list[list[int]]
             prompts = unexpanded
         return original(prompts, *args, **kwargs)
 
-    generation.generate = generate
-    try:
+    with instance_override(generation, "generate", generate):
         yield
-    finally:
-        del generation.generate  # the class's method again
-        if generation.generate != original:  # an instance attribute was there before us
-            generation.generate = original
 
 
 class UnexpandedVLLMPrompts:

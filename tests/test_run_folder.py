@@ -18,7 +18,7 @@ from vepo_trl.insight.records import load_records, save_records
 from vepo_trl.run_folder import LOCK_FILE, hold_folder, is_our_card
 from vepo_trl.selection_pipeline import SAMPLES_FILE, SAMPLES_IN_PROGRESS
 
-from .test_trust import run_cli
+from .test_trust import assert_one_error_line, run_cli
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,8 +125,10 @@ def test_the_lock_is_released_when_a_run_ends(tmp_path, capsys):
     folder = tmp_path / "run"
     argv = ["train", "--config", TINY_RECIPE, "--output_dir", str(folder), "--max_steps", "1", "--synthetic_rows", "8"]
     assert run_cli(argv, capsys)[0] == 0
+    assert not (folder / LOCK_FILE).exists()  # a finished run leaves no lock file behind
     with hold_folder(folder):  # would raise if the finished run still held it
         pass
+    assert not (folder / LOCK_FILE).exists()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -208,3 +210,79 @@ def test_data_fingerprint_follows_the_rows_not_the_object():
     # A selection stands for its rows: the same rows picked through an index mapping hash alike
     assert data_fingerprint(data.select([2, 3])) == data_fingerprint(data.select([2, 3]).flatten_indices())
     assert data_fingerprint(data.select([2, 3])) != data_fingerprint(data.select([3, 2]))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A finished run is not trained again; a folder belongs to one command
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _snapshot(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_finished_run_rerun_trains_nothing_and_a_longer_one_resumes(tmp_path, capsys):
+    folder = tmp_path / "run"
+    argv = ["demo", "--output_dir", str(folder), "--max_steps", "2", "--save_strategy", "steps", "--save_steps", "1",
+            "--synthetic_rows", "8", "--logging_steps", "1"]  # fmt: skip
+    assert run_cli(argv, capsys)[0] == 0
+    before = _snapshot(folder)
+    # The same command again: one line, exit 0, nothing trained or written (it trained a 3rd step past max_steps 2,
+    # saved checkpoint-3 and replaced the model)
+    code, out, err = run_cli(argv, capsys)
+    assert code == 0 and err == "", err
+    assert out.strip().count("\n") == 0 and "finished" in out and "step 2" in out and "max_steps 2" in out, out
+    assert _snapshot(folder) == before
+    # The last checkpoint alone at max_steps (the run stopped while saving its model): finished too
+    for name in ("model.safetensors", "trainer_state.json"):
+        (folder / name).unlink()
+    code, out, err = run_cli(argv, capsys)
+    assert code == 0 and "checkpoint-2 is at step 2" in out and not (folder / "checkpoint-3").exists(), out + err
+    # A larger max_steps trains it further, from its last checkpoint
+    code, out, err = run_cli([*argv[:4], "3", *argv[5:]], capsys)
+    assert code == 0 and "Resuming from" in out and "checkpoint-2" in out, err
+    state = json.loads((folder / "trainer_state.json").read_text())
+    assert state["global_step"] == 3 and (folder / "checkpoint-3").is_dir()
+
+
+def test_a_finished_run_without_checkpoints_is_not_restarted_by_a_longer_one(tmp_path, capsys):
+    folder = tmp_path / "run"
+    argv = ["demo", "--output_dir", str(folder), "--max_steps", "1", "--synthetic_rows", "8"]
+    assert run_cli(argv, capsys)[0] == 0
+    before = _snapshot(folder)
+    code, out, err = run_cli(argv, capsys)
+    assert code == 0 and "finished" in out and _snapshot(folder) == before, out + err
+    # Nothing to continue from: a longer run would start over and replace the model, so it must be asked for
+    code, out, err = run_cli([*argv[:4], "2", *argv[5:]], capsys)
+    assert_one_error_line(code, err, "demo", "finished run of 1 steps", "--overwrite_output_dir true")
+    assert _snapshot(folder) == before
+    code, out, err = run_cli([*argv[:4], "2", *argv[5:], "--overwrite_output_dir", "true"], capsys)
+    assert code == 0 and json.loads((folder / "trainer_state.json").read_text())["global_step"] == 2, err
+
+
+def test_eval_into_a_training_runs_folder_is_refused_and_its_report_kept(tmp_path, capsys):
+    folder = tmp_path / "run"
+    assert run_cli(["demo", "--output_dir", str(folder), "--max_steps", "1", "--synthetic_rows", "8"], capsys)[0] == 0
+    before = _snapshot(folder)
+    code, out, err = run_cli(["eval", "--model", str(folder), "--benchmarks", "synthetic", "--limit", "2",
+                              "--output_dir", str(folder)], capsys)  # fmt: skip
+    assert_one_error_line(code, err, "eval", "holds a training run", "choose another --output_dir")
+    assert _snapshot(folder) == before
+    # The other way round: a training run into an evaluation's folder
+    results = tmp_path / "eval"
+    assert run_cli(["eval", "--model", str(folder), "--benchmarks", "synthetic", "--limit", "2",
+                    "--output_dir", str(results)], capsys)[0] == 0  # fmt: skip
+    evaluated = _snapshot(results)
+    code, out, err = run_cli(["train", "--config", TINY_RECIPE, "--output_dir", str(results), "--max_steps", "1"], capsys)
+    assert_one_error_line(code, err, "train", "holds evaluation results", "choose another --output_dir")
+    assert _snapshot(results) == evaluated
+
+
+def test_a_lab_into_a_training_runs_folder_is_refused(tmp_path):
+    from vepo_trl.errors import UsageError
+    from vepo_trl.lab.run import lab_settings, plan_lab_folder
+    from vepo_trl.run_folder import write_record
+
+    write_record(tmp_path, {"selection_strategy": "vepo"})
+    with pytest.raises(UsageError, match="holds a training run"):
+        plan_lab_folder(lab_settings(), tmp_path, overwrite=True)

@@ -179,6 +179,8 @@ def _run(command: str, args) -> object:
         trainer = main(script_args, training_args, model_args, quiet=True)
     except KeyboardInterrupt:
         _interrupted(command, training_args)
+    if trainer is None:  # the folder's run had already finished: its line is printed, nothing was written
+        return None
     if trainer.accelerator.is_main_process:
         print(write_run_report(trainer, time.perf_counter() - start, command))
     return trainer

@@ -69,23 +69,35 @@ def hold_folder(folder: str | Path) -> Iterator[None]:
     one line. The lock goes with the process, so a killed run never leaves the folder locked."""
     folder = Path(folder).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
-    handle = open(folder / LOCK_FILE, "a+")
-    try:
+    path = folder / LOCK_FILE
+    while True:
+        handle = open(path, "a+")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             handle.seek(0)
             holder = handle.read().strip() or "another process"
+            handle.close()
             raise UsageError(
                 f"output_dir {folder} is in use by another run ({holder}); wait for it to finish or choose another "
                 "--output_dir."
             ) from None
+        # The file is removed when a run ends: a lock taken on a file just removed is no lock, so take it again
+        try:
+            if os.path.samestat(os.fstat(handle.fileno()), os.stat(path)):
+                break
+        except FileNotFoundError:
+            pass
+        handle.close()
+    try:
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()} on {os.uname().nodename}")
         handle.flush()
         yield
     finally:
+        with contextlib.suppress(OSError):  # a finished run leaves no lock file behind
+            path.unlink()
         handle.close()  # releases the lock
 
 
@@ -184,6 +196,50 @@ def holds_a_run(folder: Path) -> bool:
     )
 
 
+# The record each command keeps in the folder it writes, and what the folder then holds. A folder belongs to one
+# command: `eval` writing its summary.md into a training run's folder would replace the run's report, `train` its
+# model card and summary into an evaluation's.
+EVAL_MANIFEST = "manifest.json"
+LAB_RECORD = "vepo_lab.json"
+_FOLDER_KINDS = {
+    "train": "a training run (vepo-trl train / demo: a model, checkpoints or vepo_run.json)",
+    "eval": f"evaluation results (vepo-trl eval: {EVAL_MANIFEST})",
+    "lab": f"a lab (vepo-trl lab: {LAB_RECORD})",
+}
+
+
+def folder_owner(folder: str | Path) -> str | None:
+    """The command whose results `folder` holds: "train", "eval", "lab", or None (empty, missing, or none of these)."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        return None
+    manifest = folder / EVAL_MANIFEST
+    if manifest.is_file():
+        try:
+            if {"generation", "sources"} & set(json.loads(manifest.read_text())):
+                return "eval"
+        except (OSError, ValueError, TypeError):
+            pass
+    if (folder / LAB_RECORD).is_file():
+        return "lab"
+    model_outputs = ("config.json", "adapter_config.json", "trainer_state.json", "model.safetensors", RUN_FILE)
+    if any((folder / name).exists() for name in model_outputs) or last_checkpoint(folder) is not None:
+        return "train"
+    return None
+
+
+def check_folder_owner(flag: str, folder: str | Path, command: str) -> None:
+    """Refuse (one line) an output folder that holds another command's results: this command's files would replace
+    or mix with them."""
+    owner = folder_owner(folder)
+    if owner is not None and owner != command:
+        default = " (the default is eval-<model folder name>)" if command == "eval" else ""
+        raise UsageError(
+            f"{flag} {folder} holds {_FOLDER_KINDS[owner]}, and vepo-trl {command} would write its own files over "
+            f"them: choose another --{flag.lstrip('-')}{default}."
+        )
+
+
 # What a checkpoint's weights are saved as: the model (one file or shards), a LoRA adapter, FSDP's or DeepSpeed's own
 _WEIGHT_PATTERNS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                     "pytorch_model.bin.index.json", "adapter_model.safetensors", "adapter_model.bin",
@@ -219,10 +275,58 @@ class RunPlan:
     checkpoint: str | None = None
     message: str | None = None
     set_aside: list[str] = dataclasses.field(default_factory=list)
+    # The folder's run already reached the length asked for: nothing to train or write (`message` says so)
+    finished: bool = False
 
 
-def plan_run(output_dir: str, settings: dict[str, Any], *, resume: str | bool | None, overwrite: bool) -> RunPlan:
-    """Decide, before anything loads, whether a run into `output_dir` starts fresh, resumes or is refused.
+def _trainer_state(path: Path) -> dict[str, Any] | None:
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) and isinstance(state.get("global_step"), int) else None
+
+
+def _reached(state: dict[str, Any], max_steps: int | None, num_train_epochs: float | None) -> bool:
+    """Whether a run at `state` (a `trainer_state.json`) has trained what `max_steps` / `num_train_epochs` ask for."""
+    if max_steps is not None and max_steps > 0:
+        return state["global_step"] >= max_steps
+    # An epoch-long run: its own step count, as long as no more epochs are asked for than it was given
+    planned, epochs = state.get("max_steps"), state.get("num_train_epochs")
+    if not isinstance(planned, int) or planned <= 0 or epochs is None or num_train_epochs is None:
+        return False
+    return epochs >= num_train_epochs and state["global_step"] >= planned
+
+
+def finished_state(folder: Path, max_steps: int | None, num_train_epochs: float | None) -> tuple[str, int] | None:
+    """(where, step) when `folder`'s run has already trained as far as asked: its saved model's `trainer_state.json`
+    (written once the run finished) or its last checkpoint's. None when there is more to train, or nothing."""
+    found = []
+    if (folder / "trainer_state.json").is_file() and any(
+        any(folder.glob(pattern)) for pattern in _WEIGHT_PATTERNS[:6]
+    ):
+        found.append((f"its saved model ({folder / 'trainer_state.json'})", folder / "trainer_state.json"))
+    last = last_checkpoint(folder)
+    if last is not None and checkpoint_problem(last) is None:
+        found.append((Path(last).name, Path(last) / "trainer_state.json"))
+    for where, path in found:
+        state = _trainer_state(path)
+        if state is not None and _reached(state, max_steps, num_train_epochs):
+            return where, state["global_step"]
+    return None
+
+
+def plan_run(
+    output_dir: str,
+    settings: dict[str, Any],
+    *,
+    resume: str | bool | None,
+    overwrite: bool,
+    max_steps: int | None = None,
+    num_train_epochs: float | None = None,
+) -> RunPlan:
+    """Decide, before anything loads, whether a run into `output_dir` starts fresh, resumes, is refused, or has
+    nothing left to do (`finished`: the folder's run already trained `max_steps` / `num_train_epochs`).
 
     `resume` is `resume_from_checkpoint`: None (decide from the folder), a checkpoint path, or true/"true"/"last"
     (the folder's last checkpoint). Raises `UsageError` for a folder of another run and for an impossible resume.
@@ -257,6 +361,18 @@ def plan_run(output_dir: str, settings: dict[str, Any], *, resume: str | bool | 
                 "settings to resume or extend it, pass --overwrite_output_dir true to replace it, or choose another "
                 "--output_dir."
             )
+    if resume is not None and resume is not True:  # an explicit checkpoint: the user's choice of where to go on from
+        pass
+    elif record is not None and (done := finished_state(folder, max_steps, num_train_epochs)) is not None:
+        # Resuming would train past the end (transformers steps once more) and replace the model: nothing to do
+        where, step = done
+        length = f"max_steps {max_steps}" if max_steps and max_steps > 0 else f"num_train_epochs {num_train_epochs}"
+        return RunPlan(
+            message=f"{folder}/ holds this run finished: {where} is at step {step}, and {length} asks for no more. "
+            "Nothing was trained or written (a larger --max_steps trains it further, --overwrite_output_dir true "
+            "trains it again from the start).",
+            finished=True,
+        )
     if resume is True:
         if last is None:
             raise UsageError(f"resume_from_checkpoint: {folder} holds no checkpoint-* folder to resume from.")
@@ -281,6 +397,14 @@ def plan_run(output_dir: str, settings: dict[str, Any], *, resume: str | bool | 
             "(--overwrite_output_dir true starts fresh instead).",
         )
     if holds_a_run(folder):
+        state = _trainer_state(folder / "trainer_state.json") if record is not None else None
+        if state is not None and state["global_step"] > 0:
+            # A finished run without checkpoints: a longer run cannot continue it, only start over and replace it
+            raise UsageError(
+                f"output_dir {folder} holds a finished run of {state['global_step']} steps and no checkpoint-* to "
+                "continue it from (save_strategy steps saves them): pass --overwrite_output_dir true to train again "
+                "from the start and replace it, or choose another --output_dir."
+            )
         return RunPlan(
             message=f"{folder}/ holds an earlier run: its model and report are replaced when this run finishes."
         )

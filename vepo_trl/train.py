@@ -36,6 +36,7 @@ from vepo_trl.local_models import (  # noqa: F401  (TINY_MODEL, LAB_MODEL: re-ex
 )
 from vepo_trl.rewards import get_reward_funcs
 from vepo_trl.run_folder import (
+    check_folder_owner,
     check_same_data,
     data_fingerprint,
     discard_set_aside,
@@ -107,6 +108,7 @@ def check_output_dir(output_dir: str | None) -> None:
     if output_dir is None or not str(output_dir).strip():
         raise UsageError("output_dir is empty: give the folder the model and its report go to (--output_dir run1).")
     check_output_folder("output_dir", output_dir)
+    check_folder_owner("output_dir", output_dir, "train")
     path = Path(output_dir).expanduser()
     readme = foreign_card(path)
     if readme is not None:
@@ -365,8 +367,11 @@ def load_model(model_id: str, model_args: ModelConfig, training_args: VEPOConfig
 
 def main(
     script_args: VEPOScriptArguments, training_args: VEPOConfig, model_args: ModelConfig, *, quiet: bool = False
-) -> VEPOTrainer:
+) -> VEPOTrainer | None:
     """Load data, model and processor, train with VEPO, save, write the model card and push when asked.
+
+    Returns None, having printed one line and written nothing, when `output_dir` holds this run already finished
+    (its model or last checkpoint at `max_steps`): a rerun never trains past the end nor replaces the model.
 
     Arguments are checked (`check_arguments`) before anything loads. `quiet` shows a progress bar without printing
     each step's metrics (the CLI's choice; they still go to the trainer's log history and the model card).
@@ -387,7 +392,7 @@ def main(
         return _run(script_args, training_args, model_args, quiet=quiet)
 
 
-def _run(script_args, training_args, model_args, *, quiet: bool) -> VEPOTrainer:
+def _run(script_args, training_args, model_args, *, quiet: bool) -> VEPOTrainer | None:
     output_dir = Path(training_args.output_dir)
     settings = run_settings(script_args, training_args, model_args)
     plan = plan_run(
@@ -395,9 +400,13 @@ def _run(script_args, training_args, model_args, *, quiet: bool) -> VEPOTrainer:
         settings,
         resume=training_args.resume_from_checkpoint,
         overwrite=script_args.overwrite_output_dir,
+        max_steps=training_args.max_steps,
+        num_train_epochs=training_args.num_train_epochs,
     )
     if plan.message and training_args.process_index == 0:
         print(plan.message)
+    if plan.finished:
+        return None
 
     # The data before the model: a bad file is reported before minutes of model loading
     image_factor = _model_image_factor(model_args)

@@ -23,8 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import OneLineParser, check_output_folder
+from ..errors import OneLineParser, UsageError, check_output_folder
 from ..local_models import TINY_MODEL, check_hub_push, resolve_model_name
+from ..run_folder import check_folder_owner
 from .benchmarks import (
     BENCHMARKS,
     PAPER_BENCHMARKS,
@@ -618,6 +619,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             check_model(getattr(args, flag), f"--{flag}")
     if args.data_dir is not None and not Path(args.data_dir).expanduser().is_dir():
         raise EvalUsageError(f"--data_dir {args.data_dir}: no such folder.")
+    output_dir = Path(args.output_dir or f"eval-{Path(args.model.rstrip('/')).name}")
+    try:  # a training run's (or a lab's) folder: its summary.md and README.md would be replaced
+        check_folder_owner("--output_dir", output_dir, "eval")
+    except UsageError as error:
+        raise EvalUsageError(str(error)) from None
     missing = []
     for bench in benches:
         try:
@@ -633,7 +639,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     backend = _resolve_backend(args, state)
     judge = make_judge(args, benches)  # on every process: one that stopped alone would leave the others waiting
     model_id, adapter = resolve_adapter(args.model, args.adapter, args.base_model)
-    output_dir = Path(args.output_dir or f"eval-{Path(args.model.rstrip('/')).name}")
     manifest = {
         "model": _model_identity(model_id),
         "adapter": _model_identity(adapter),

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from ..run_folder import LAB_RECORD  # noqa: F401  (the lab's record, by its name here)
 from .tasks import COLOURS, DEFAULT_TASK, MAX_COUNT, get_task, make_rl_dataset
 from .warm_start import WarmStartConfig, evaluate_accuracy, heldout_dataset, warm_start_path
 
@@ -434,7 +435,6 @@ def _run_one_entry(job):
 
 # The lab's record of the settings its runs were made with (strategies, seeds and jobs may change: runs are per
 # strategy and seed, and reused)
-LAB_RECORD = "vepo_lab.json"
 # (learning rates are per run: a run found in the folder is reused only at the learning rate this lab gives its rule)
 _FREE_SETTINGS = ("strategies", "seeds", "jobs", "learning_rate", "learning_rates")
 
@@ -447,7 +447,9 @@ def plan_lab_folder(settings: LabSettings, output_dir: Path, overwrite: bool) ->
     """Refuse (`UsageError`) a folder whose lab used other settings unless `overwrite`; return what of an earlier lab
     is set aside when starting fresh (its warm-start measurement and runs, moved to `previous_run/`, not deleted)."""
     from ..errors import UsageError
-    from ..run_folder import differences, read_record
+    from ..run_folder import check_folder_owner, differences, read_record
+
+    check_folder_owner("--output_dir", output_dir, "lab")
 
     earlier = [path for path in (output_dir / "warm_start.json", output_dir / "runs") if path.exists()]
     if not earlier:

@@ -111,8 +111,26 @@ def _print_short_help(command: str) -> None:
     )
 
 
+def _split_equals(argv: list[str], *flags: str) -> list[str]:
+    """`--flag=VALUE` as `--flag VALUE` for the flags this module reads itself (TRL's parser splits the others)."""
+    out = []
+    for arg in argv:
+        name, equals, value = arg.partition("=")
+        out.extend([name, value] if equals and name in flags else [arg])
+    return out
+
+
+def _given(argv: list[str], recipe: dict | None) -> set[str]:
+    """The option names the command line and the recipe set (what `check_nothing_ignored` holds to account)."""
+    flags = {arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--") and len(arg) > 2}
+    return flags | set(recipe or {})
+
+
 def _parse(command: str, argv: list[str]):
     """The three argument dataclasses; user errors exit with one line and status 2 before anything loads."""
+    argv = _split_equals(argv, "--config")
+    if argv.count("--config") > 1:
+        _fail(command, "--config is given twice: give one recipe, and override its keys with --<option> VALUE.")
     if "--config" in argv:
         index = argv.index("--config")
         if index + 1 >= len(argv):
@@ -149,7 +167,7 @@ def _parse(command: str, argv: list[str]):
             # TRL's own default (gradient_checkpointing) trips a transformers deprecation warning the user cannot act on
             warnings.simplefilter("ignore", FutureWarning)
             args = parser.parse_args_and_config(argv)
-        check_arguments(*args)
+        check_arguments(*args, given=_given(argv, recipe))
     except (ValueError, TypeError) as error:
         _fail(command, " ".join(str(error).split()))
     return args
@@ -214,7 +232,16 @@ def _demo(argv: list[str]):
 
     # The tiny model's matrices gain nothing from intra-op threads, and threads contend badly on a busy machine
     torch.set_num_threads(1)
+    argv = _split_equals(argv, "--config", "--model_family", "--warm_start")
+    if "--config" in argv:
+        _fail("demo", "demo trains its own recipe (tiny.yaml); to train from a recipe: vepo-trl train --config FILE.")
     warm = "--warm_start" in argv
+    if warm and "--model_family" in argv:
+        _fail(
+            "demo",
+            "--warm_start starts from the lab's warm start (a Qwen2.5-VL trained on the lab's task) and --model_family "
+            "from that family's random tiny model: give one of them.",
+        )
     argv = [arg for arg in argv if arg != "--warm_start"]
     if "--model_family" in argv:
         # The same demo on another family's tiny model (`vepo_trl.families`): `tiny-<family>` as the model
@@ -239,6 +266,11 @@ def _evaluate(argv: list[str]) -> None:
 
 
 def _strategies(argv: list[str]) -> None:
+    from .errors import OneLineParser
+
+    OneLineParser(prog="vepo-trl strategies", description="List the selection strategies and perturbations.").parse_args(
+        argv
+    )
     from .perturb import PERTURBATIONS
     from .scoring import SELECTION_STRATEGIES
 
@@ -294,6 +326,8 @@ def main(argv: list[str] | None = None) -> None:
     if argv and argv[0] in ("--version", "-V", "version"):
         from . import __version__
 
+        if argv[1:]:
+            fail("vepo-trl", f"{argv[0]} takes no options, got {' '.join(argv[1:])}.")
         print(f"vepo-trl {__version__}")
         return
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:

@@ -79,8 +79,20 @@ class VEPOScriptArguments(ScriptArguments):
         default_factory=lambda: ["accuracy", "format"],
         metadata={"help": "Reward functions by name; weight them with `reward_weights` (the paper: 0.9 0.1)."},
     )
-    min_pixels: int = field(default=262_144, metadata={"help": "Images are resized to at least this many pixels."})
-    max_pixels: int = field(default=1_000_000, metadata={"help": "Images are resized to at most this many pixels."})
+    min_pixels: int | None = field(
+        default=None,
+        metadata={
+            "help": "Images are resized to at least this many pixels (unset: the paper's 262,144 for loaded data, "
+            "3,136 for synthetic rows; the lab's rows keep the warm start's size and take no bounds)."
+        },
+    )
+    max_pixels: int | None = field(
+        default=None,
+        metadata={
+            "help": "Images are resized to at most this many pixels (unset: the paper's 1,000,000 for loaded data, "
+            "50,176 for synthetic rows)."
+        },
+    )
     strict_data: bool = field(
         default=False,
         metadata={
@@ -128,12 +140,100 @@ def _check_values(script_args, training_args, model_args) -> None:
             {
                 "reward_weights": training_args.reward_weights,
                 "reward_funcs": script_args.reward_funcs,
-                "min_pixels": script_args.min_pixels,
-                "max_pixels": script_args.max_pixels,
+                **pixel_bounds(script_args, script_args.dataset_name),
             }
         )
     except ValueError as error:
         raise UsageError(str(error)) from None
+
+
+def pixel_bounds(script_args, dataset_name: str | None) -> dict[str, int]:
+    """The image bounds a data set is loaded with: those given, else the data set's own defaults."""
+    from vepo_trl.data.loaders import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+
+    low, high = (DEFAULT_MIN_PIXELS, DEFAULT_MAX_PIXELS) if dataset_name != SYNTHETIC_DATASET else (56 * 56, 224 * 224)
+    return {
+        "min_pixels": script_args.min_pixels if script_args.min_pixels is not None else low,
+        "max_pixels": script_args.max_pixels if script_args.max_pixels is not None else high,
+    }
+
+
+# TRL's ModelConfig fields that shape a LoRA adapter: they mean something only with use_peft
+LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_target_parameters",
+               "lora_modules_to_save", "lora_task_type", "use_rslora", "use_dora")  # fmt: skip
+
+
+def check_nothing_ignored(script_args, training_args, model_args, given=()) -> None:
+    """Every setting the run was given takes effect, or is refused here in one line naming it. `given`: the names the
+    command line or recipe set (the CLI's; the Python API compares with the defaults instead)."""
+    from trl import ModelConfig
+
+    defaults = ModelConfig()
+    if not model_args.use_peft:
+        set_here = [
+            name for name in LORA_FIELDS if name in given or getattr(model_args, name) != getattr(defaults, name)
+        ]
+        if set_here:
+            raise UsageError(
+                f"--{set_here[0]} is set but --use_peft is false, so no adapter would be trained and the whole model "
+                f"would: add --use_peft true, or drop {', '.join('--' + name for name in set_here)}."
+            )
+    datasets_read = [script_args.dataset_name, script_args.eval_dataset_name or None]
+    if LAB_DATASET in datasets_read:
+        bounds = [name for name in ("min_pixels", "max_pixels") if getattr(script_args, name) is not None]
+        if bounds:
+            raise UsageError(
+                f"--{bounds[0]} {getattr(script_args, bounds[0])}: dataset_name lab draws its images at the warm "
+                "start's own size, which no bound changes; drop it (bounds apply to loaded and synthetic data)."
+            )
+    if training_args.fp16 and training_args.device.type == "cpu":
+        raise UsageError(
+            "--fp16 true needs a GPU, and this run is on the CPU (use_cpu, or none visible), where it would train in "
+            "float32: drop --fp16 (--bf16 runs on the CPU)."
+        )
+    if _value(training_args.eval_strategy) != "no" and not script_args.eval_dataset_name:
+        raise UsageError(
+            f"--eval_strategy {_value(training_args.eval_strategy)} evaluates on an evaluation set, and none is "
+            "given: add --eval_dataset_name (e.g. geometry3k, or a local file), or drop --eval_strategy."
+        )
+    if script_args.eval_dataset_name and _value(training_args.eval_strategy) == "no":
+        raise UsageError(
+            f"--eval_dataset_name {script_args.eval_dataset_name} is never used with eval_strategy 'no': add "
+            "--eval_strategy steps --eval_steps N (or epoch), or drop --eval_dataset_name."
+        )
+    _check_integrations(training_args)
+
+
+def _value(option):
+    return getattr(option, "value", option)
+
+
+def _check_integrations(training_args) -> None:
+    """Reporting and kernel integrations that are not installed: one line now, not an ImportError after loading."""
+    from transformers.integrations import get_available_reporting_integrations
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    available = set(get_available_reporting_integrations())
+    for name in training_args.report_to or []:
+        if name in ("none", "all"):
+            continue
+        if name not in INTEGRATION_TO_CALLBACK:
+            raise UsageError(
+                f"--report_to {name}: not a reporting integration; one of none, all, "
+                f"{', '.join(sorted(INTEGRATION_TO_CALLBACK))}."
+            )
+        if name not in available:
+            raise UsageError(
+                f"--report_to {name}: its package is not installed (pip install {name}), or pass --report_to none."
+            )
+    if getattr(training_args, "use_liger_kernel", False):
+        from trl.import_utils import is_liger_kernel_available
+
+        if not is_liger_kernel_available():
+            raise UsageError(
+                "--use_liger_kernel true needs the liger-kernel package (pip install liger-kernel), which is not "
+                "installed: install it or drop the flag."
+            )
 
 
 def _check_hub_dataset(field_name: str, name: str) -> None:
@@ -163,15 +263,17 @@ def _hub_dataset_cached(repo_id: str) -> bool:
     return hub.is_dir() or prepared.is_dir()
 
 
-def check_arguments(script_args, training_args, model_args) -> None:
-    """Everything that can be checked without loading anything: model, rewards, data names and values, the output
-    folder, the Hub when a name needs it. Raises `UsageError`."""
+def check_arguments(script_args, training_args, model_args, given=()) -> None:
+    """Everything that can be checked without loading anything: model, rewards, data names and values, settings that
+    would be ignored, the output folder, the Hub when a name needs it. Raises `UsageError`. `given`: the option names
+    the command line and recipe set (`check_nothing_ignored`)."""
     check_output_dir(training_args.output_dir)
     try:
         get_reward_funcs(script_args.reward_funcs)
     except ValueError as error:
         raise UsageError(f"reward_funcs: {error}") from None
     _check_values(script_args, training_args, model_args)
+    check_nothing_ignored(script_args, training_args, model_args, given)
     if training_args.use_vllm:
         from vepo_trl.vllm_prompts import check_vllm_version
 
@@ -290,7 +392,9 @@ def load_dataset_split(
     if name == SYNTHETIC_DATASET:
         # Distinct seeds per split, so evaluation rows are not training rows
         offset = 0 if split == script_args.dataset_train_split else 1
-        dataset = synthetic_training_dataset(script_args.synthetic_rows, seed=seed + offset)
+        dataset = synthetic_training_dataset(
+            script_args.synthetic_rows, seed=seed + offset, **pixel_bounds(script_args, SYNTHETIC_DATASET)
+        )
     elif name == LAB_DATASET:
         from .lab.tasks import make_rl_dataset
         from .lab.warm_start import WarmStartConfig
@@ -312,8 +416,7 @@ def load_dataset_split(
             dataset = load_vepo_dataset(
                 name,
                 split,
-                min_pixels=script_args.min_pixels,
-                max_pixels=script_args.max_pixels,
+                **pixel_bounds(script_args, name),
                 # The model's own multiple (Qwen3-VL: 32), so its processor does not resample the image again
                 image_factor=image_factor or IMAGE_FACTOR,
                 strict=script_args.strict_data,

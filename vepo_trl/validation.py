@@ -96,13 +96,13 @@ RANGES: dict[str, Rule] = {
     "steps_per_generation": _whole(_at_least(1), "a whole number >= 1, or unset", True),
     "generation_batch_size": _whole(_at_least(1), "a whole number >= 1, or unset", True),
     "num_iterations": _whole(_at_least(1), "a whole number >= 1"),
-    "max_steps": _whole(lambda v: v == -1 or v >= 1, "a whole number >= 1 (or -1: train num_train_epochs)"),
+    "max_steps": _whole(lambda v: v >= -1, "a whole number >= 1 (or -1 / 0: train num_train_epochs)"),
     "logging_steps": _number(_at_least(0), ">= 0 (a step count, or a fraction of the run below 1)"),
     "save_steps": _number(_at_least(0), ">= 0 (a step count, or a fraction of the run below 1)"),
     "eval_steps": _number(_at_least(0), ">= 0, or unset", True),
     "eval_delay": _number(_at_least(0), ">= 0"),
     "num_train_epochs": _number(_above(0), "above 0"),
-    "learning_rate": _number(_above(0), "above 0 (the paper: 1e-6)"),
+    "learning_rate": _number(_at_least(0), ">= 0 (0: a frozen run; the paper: 1e-6)"),
     "weight_decay": _number(_at_least(0), ">= 0"),
     "warmup_steps": _number(_at_least(0), ">= 0 (steps, or a fraction of the run below 1)"),
     "max_grad_norm": _number(_at_least(0), ">= 0 (0: no clipping)"),
@@ -110,7 +110,7 @@ RANGES: dict[str, Rule] = {
     "adam_beta2": _number(_between(0, 1, high_open=True), "in [0, 1)"),
     "adam_epsilon": _number(_above(0), "above 0"),
     "label_smoothing_factor": _number(_between(0, 1, high_open=True), "in [0, 1)"),
-    "neftune_noise_alpha": _number(_above(0), "above 0, or unset", True),
+    "neftune_noise_alpha": _number(_at_least(0), ">= 0, or unset", True),
     "seed": _whole(_between(0, 2**32 - 1), "a whole number in 0..2**32-1"),
     "data_seed": _whole(_between(0, 2**32 - 1), "a whole number in 0..2**32-1, or unset", True),
     "save_total_limit": _whole(_at_least(0), "a whole number >= 0 (checkpoints kept), or unset", True),
@@ -121,7 +121,7 @@ RANGES: dict[str, Rule] = {
     "ddp_bucket_cap_mb": _whole(_at_least(1), "a whole number of MB >= 1, or unset", True),
     "ddp_timeout": _whole(_at_least(1), "a whole number of seconds >= 1"),
     "local_rank": _whole(_at_least(-1), "a whole number >= -1 (set by the launcher)"),
-    "num_completions_to_print": _whole(_at_least(1), "a whole number >= 1, or unset", True),
+    "num_completions_to_print": _whole(_at_least(0), "a whole number >= 0, or unset", True),
     # GRPO's sampling and loss
     "temperature": _number(_above(0), "above 0: GRPO samples its completions at it (the paper: 1.0)"),
     "top_p": _number(_between(0, 1, low_open=True), "in (0, 1]"),
@@ -129,8 +129,8 @@ RANGES: dict[str, Rule] = {
     "min_p": _number(_between(0, 1), "in [0, 1], or unset", True),
     "repetition_penalty": _number(_above(0), "above 0 (1.0: off)"),
     "beta": _number(_at_least(0), ">= 0 (0: no reference model)"),
-    "epsilon": _number(_above(0), "above 0 (the clip range)"),
-    "epsilon_high": _number(_above(0), "above 0, or unset", True),
+    "epsilon": _number(_at_least(0), ">= 0 (the clip range)"),
+    "epsilon_high": _number(_at_least(0), ">= 0, or unset", True),
     "delta": _number(_above(0), "above 0 (above 1 + epsilon recommended), or unset", True),
     "reward_weights": Rule("numbers", "finite numbers, one per reward function", optional=True),
     "top_entropy_quantile": _number(_between(0, 1), "in [0, 1]"),
@@ -148,8 +148,12 @@ RANGES: dict[str, Rule] = {
     "entropy_coef_max": _number(_at_least(0), ">= 0"),
     "entropy_coef_delta": _number(_at_least(0), ">= 0"),
     "entropy_target": _number(_at_least(0), ">= 0 (nats)"),
-    "max_tool_calling_iterations": _whole(_at_least(1), "a whole number >= 1, or unset", True),
+    "max_tool_calling_iterations": _whole(_at_least(0), "a whole number >= 0, or unset", True),
     "off_policy_mask_threshold": _number(_above(0), "above 0, or unset", True),
+    # TrainingArguments' strategies (enums there; their names here, so the early check sees them)
+    "save_strategy": _names("no", "steps", "epoch", "best"),
+    "eval_strategy": _names("no", "steps", "epoch"),
+    "logging_strategy": _names("no", "steps", "epoch"),
     # TRL's options that take one of a few names (from GRPOConfig's help)
     "vllm_mode": _names("server", "colocate"),
     "vllm_model_impl": _names("vllm", "transformers"),
@@ -189,8 +193,8 @@ RANGES: dict[str, Rule] = {
     "scoring_tile_size": _whole(_at_least(1), "a whole number of tokens >= 1, or unset", True),
     "rollout_cache_gb": _number(_at_least(0), "a number of GB >= 0"),
     # The training script's (VEPOScriptArguments)
-    "min_pixels": _whole(_at_least(1), "a whole number of pixels >= 1"),
-    "max_pixels": _whole(_at_least(1), "a whole number of pixels >= 1"),
+    "min_pixels": _whole(_at_least(1), "a whole number of pixels >= 1, or unset", True),
+    "max_pixels": _whole(_at_least(1), "a whole number of pixels >= 1, or unset", True),
     "max_train_samples": _whole(_at_least(1), "a whole number >= 1, or unset for every row", True),
     "max_eval_samples": _whole(_at_least(1), "a whole number >= 1, or unset for every row", True),
     "synthetic_rows": _whole(_at_least(1), "a whole number >= 1"),
@@ -231,6 +235,14 @@ COMBINATIONS: list[Combination] = [
         lambda batch, group: (
             f"--generation_batch_size {batch}: must be a multiple of --num_generations {group} (whole groups of "
             "completions per prompt)."
+        ),
+    ),
+    Combination(
+        ("save_strategy", "save_steps"),
+        lambda strategy, steps: str(getattr(strategy, "value", strategy)).lower() != "steps" or steps > 0,
+        lambda strategy, steps: (
+            f"--save_steps {steps} with --save_strategy steps: never saves (a step count >= 1, or a fraction of the "
+            "run below 1); for no checkpoints pass --save_strategy no."
         ),
     ),
     Combination(
@@ -336,7 +348,14 @@ def check_value(name: str, value, rule: Rule):
         names = tuple(rule.choices())
         if (value.lower() if isinstance(value, str) and rule.kind == "choice_or_bool" else value) not in names:
             listed = "" if rule.valid.startswith("one of") else f" (one of {', '.join(sorted(names))})"
-            raise ValueError(f"--{name} {_show(value)}: must be {rule.valid}{listed}.")
+            # YAML reads an unquoted no / yes / off / on as a boolean
+            quote = (
+                f' (a recipe\'s unquoted {"no" if not value else "yes"} is YAML for {str(value).lower()}: quote it, '
+                f'{name}: "{"no" if not value else "yes"}")'
+                if isinstance(value, bool)
+                else ""
+            )
+            raise ValueError(f"--{name} {_show(value)}: must be {rule.valid}{listed}{quote}.")
         return value
     if rule.kind == "bool":
         if not isinstance(value, bool):

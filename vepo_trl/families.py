@@ -374,6 +374,8 @@ def check_family_inputs(
     PaliGemma with a text-only prompt (its processor refuses it), without a chat template (its checkpoints ship none)
     or with vLLM (its prompt and bidirectional prefix are unverified there). `datasets`: name -> data set (the train
     and eval data; an eval dict counts each of its sets)."""
+    for name, dataset in _named(datasets or {}):
+        _check_image_parts(name, dataset)
     family = family_of(config)
     if family is None:
         return
@@ -431,22 +433,76 @@ def _named(datasets: dict) -> list[tuple[str, object]]:
     return pairs
 
 
-def _image_count_row(dataset, pick=max) -> tuple[int, int] | None:
-    """(row, image count) of the row with the most (`pick=max`) or fewest (`min`) images, read off the Arrow table
-    without decoding any image: an `images` list, or TRL's other form, one `image` (none where it is null)."""
+def _image_parts(prompt) -> int:
+    """How many `{"type": "image"}` parts a conversational prompt holds (0 for a plain-text prompt)."""
+    if not isinstance(prompt, list):
+        return 0
+    return sum(
+        1
+        for message in prompt
+        if isinstance(message, dict) and isinstance(message.get("content"), list)
+        for part in message["content"]
+        if isinstance(part, dict) and part.get("type") == "image"
+    )
+
+
+def _check_image_parts(name: str, dataset) -> None:
+    """Prompts whose image parts have no images to fill them: one line naming the column or the row (TRL fails on
+    the first batch, 60 lines deep in the processor, "Number of images provided (0) does not match")."""
+    columns = getattr(dataset, "column_names", None) or []
+    if "prompt" not in columns or len(dataset) == 0:
+        return
+    table = _arrow_table(dataset)
+    prompts = table.column("prompt").to_pylist() if table is not None else dataset["prompt"]
+    parts = [_image_parts(prompt) for prompt in prompts]
+    if not any(parts):
+        return
+    if "images" not in columns and "image" not in columns:
+        row = next(i for i, n in enumerate(parts) if n)
+        raise ValueError(
+            f"{name}: row {row}'s prompt has {parts[row]} image part(s) and the data set has no 'images' (or 'image') "
+            f"column to fill them; add the images as an 'images' column (a list per row), columns present: "
+            f"{columns}."
+        )
+    counted = _image_counts(dataset)
+    for row, (wanted, given) in enumerate(zip(parts, counted or [])):
+        if wanted and wanted != given:
+            raise ValueError(
+                f"{name}: row {row}'s prompt has {wanted} image part(s) and {given} image(s): give one image per "
+                "image part."
+            )
+
+
+def _arrow_table(dataset):
+    """The rows of a `datasets.Dataset` as an Arrow table, in the data set's own order (a `select` keeps an index
+    mapping over the whole table, which `dataset.data` alone does not apply); None for other data sets."""
+    if not hasattr(dataset, "with_format") or getattr(dataset, "data", None) is None:
+        return None
+    if getattr(dataset, "_indices", None) is None:
+        return dataset.data.table if hasattr(dataset.data, "table") else dataset.data
+    return dataset.with_format("arrow")[:]
+
+
+def _image_counts(dataset) -> list[int] | None:
+    """Images per row, read off the Arrow table without decoding any: an `images` list, or one `image`."""
     import pyarrow.compute as pc
 
-    table = getattr(dataset, "data", None)
+    table = _arrow_table(dataset)
     columns = getattr(dataset, "column_names", None) or []
     if table is None:
         return None
     if "images" in columns:
         lengths = pc.list_value_length(table.column("images")).to_pylist()
-        lengths = [0 if n is None else n for n in lengths]
-    elif "image" in columns:
-        lengths = [0 if null else 1 for null in pc.is_null(table.column("image")).to_pylist()]
-    else:
-        return None
+        return [0 if n is None else n for n in lengths]
+    if "image" in columns:
+        return [0 if null else 1 for null in pc.is_null(table.column("image")).to_pylist()]
+    return None
+
+
+def _image_count_row(dataset, pick=max) -> tuple[int, int] | None:
+    """(row, image count) of the row with the most (`pick=max`) or fewest (`min`) images, read off the Arrow table
+    without decoding any image: an `images` list, or TRL's other form, one `image` (none where it is null)."""
+    lengths = _image_counts(dataset)
     if not lengths:
         return None
     row = pick(range(len(lengths)), key=lengths.__getitem__)

@@ -98,6 +98,38 @@ def local_config_file(name: str, revision: str | None = None) -> Path | None:
     return Path(cached) if cached else None
 
 
+def not_a_vlm(name: str | None, revision: str | None = None) -> str | None:
+    """`a text-only 'qwen2' model` when the model's `config.json` on this machine names a type that
+    `AutoModelForImageTextToText` cannot load (a text-only model); None for a vision-language model or an unknown one."""
+    import json
+
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    path = local_config_file(name, revision) if name else None
+    if path is None:
+        return None
+    try:
+        model_type = json.loads(path.read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None  # unreadable: transformers says why when it loads
+    if not model_type or model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        return None
+    return f"a text-only {model_type!r} model (no image-text-to-text class in transformers for it)"
+
+
+# A model folder's weights: one file, shards, or a PEFT adapter's
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json",
+                "adapter_model.safetensors", "adapter_model.bin")  # fmt: skip
+
+
+def missing_weights(folder: str | Path) -> bool:
+    """A local folder with a `config.json` (or an adapter config) and no weight file: a checkpoint saved without
+    its model (FSDP / DeepSpeed state only), or a copy that lost them."""
+    path = Path(folder).expanduser()
+    has_config = (path / "config.json").is_file() or (path / "adapter_config.json").is_file()
+    return path.is_dir() and has_config and not any((path / name).is_file() for name in WEIGHT_FILES)
+
+
 def image_factor_of(name: str | None, revision: str | None = None) -> int | None:
     """The multiple a model's processor rounds image sides to, read off its processor config on this machine (its
     folder or the Hub cache): `patch_size x merge_size` for the Qwen-VL layouts (28 for Qwen2.5-VL, 32 for Qwen3-VL),

@@ -32,6 +32,7 @@ from vepo_trl.local_models import (  # noqa: F401  (TINY_MODEL, LAB_MODEL: re-ex
     check_model_name,
     hub_unreachable,
     image_factor_of,
+    not_a_vlm,
     resolve_model_name,
 )
 from vepo_trl.rewards import get_reward_funcs
@@ -306,6 +307,13 @@ def _check_model_family(model_args, training_args) -> None:
 
     strategy = SELECTION_STRATEGIES.get(training_args.selection_strategy)
     name = model_args.model_name_or_path
+    text_only = not_a_vlm(name, model_args.model_revision)
+    if text_only:
+        raise UsageError(
+            f"model_name_or_path {name}: {text_only}; vepo-trl train trains vision-language models on image data. "
+            "For a text model, call VEPOTrainer from Python with text prompts and selection_strategy 'entropy' or "
+            "'full' (README: Text-only models)."
+        )
     _check_processor_files(name)
     if strategy is None or not strategy.needs_perturbed_pass or not name:
         return

@@ -10,7 +10,8 @@ from pathlib import Path
 def cache_root() -> Path:
     """Where vepo_trl keeps what it builds once (tiny models, the lab's warm start, the field rules):
     `$VEPO_TRL_CACHE`, else `~/.cache/vepo_trl`."""
-    return Path(os.environ.get("VEPO_TRL_CACHE") or Path.home() / ".cache" / "vepo_trl")
+    # `~` expanded as --output_dir expands it (a quoted '~/vc' would otherwise make a folder named `~`)
+    return Path(os.environ.get("VEPO_TRL_CACHE") or Path.home() / ".cache" / "vepo_trl").expanduser()
 
 
 def stable_seed(*parts) -> int:

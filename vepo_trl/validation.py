@@ -330,6 +330,15 @@ def _refuse(name, value, rule: Rule):
     raise ValueError(f"--{name} {_show(value)}: must be {rule.valid}.")
 
 
+def _suggest(value) -> str:
+    """The number a mistyped value likely meant, as Python code (`"0.2"` -> `0.2`), else `<a number>`."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return "<a number>"
+    return str(int(number)) if number.is_integer() and "." not in str(value) else str(number)
+
+
 def _show(value) -> str:
     if isinstance(value, (list, tuple)):
         return " ".join(_show(v) for v in value)
@@ -373,10 +382,21 @@ def check_value(name: str, value, rule: Rule):
     if rule.kind == "numbers":
         values = value if isinstance(value, (list, tuple)) else [value]
         for item in values:
-            if isinstance(item, bool) or not isinstance(item, numbers.Real) or not math.isfinite(item):
+            if isinstance(item, bool) or not isinstance(item, numbers.Real):
+                raise ValueError(
+                    f"--{name} {_show(value)}: {_show(item)} is a {type(item).__name__}, must be {rule.valid} (a "
+                    "list of numbers, e.g. [0.9, 0.1])."
+                )
+            if not math.isfinite(item):
                 _refuse(name, value, rule)
         return value
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        # The type is the problem (a Python caller's "0.2"), not the range: say so
+        raise ValueError(
+            f"--{name} {_show(value)}: a {type(value).__name__}, must be a number: {rule.valid} (pass {name}="
+            f"{_suggest(value)})."
+        )
+    if not math.isfinite(value):
         _refuse(name, value, rule)
     if rule.kind == "whole":
         if not float(value).is_integer():

@@ -718,6 +718,9 @@ def load_vepo_dataset(
         "strict": strict,
         "num_proc": num_proc,
     }
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise TypeError(f"name_or_path must be a data set name or a path, got {type(name_or_path).__name__}.")
+    name_or_path = os.fspath(name_or_path)  # a pathlib.Path is a path like any other
     key = name_or_path.strip().lower()
     if key == PAPER_MIX_NAME:
         if split != "train":

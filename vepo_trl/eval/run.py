@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OneLineParser, UsageError, check_output_folder
-from ..local_models import TINY_MODEL, check_hub_push, resolve_model_name
+from ..local_models import TINY_MODEL, check_hub_push, missing_weights, not_a_vlm, resolve_model_name
 from ..run_folder import check_folder_owner
 from .benchmarks import (
     BENCHMARKS,
@@ -137,6 +137,20 @@ def check_model(name: str, what: str = "--model") -> None:
     if path.exists():
         if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
             raise EvalUsageError(f"{what} {name}: not a model folder (no config.json or adapter_config.json).")
+        if what == "--adapter" and not (path / "adapter_config.json").is_file():
+            raise EvalUsageError(
+                f"--adapter {name}: a full model folder, not a PEFT adapter (no adapter_config.json): pass it as "
+                "--model instead."
+            )
+        if missing_weights(path):
+            raise EvalUsageError(
+                f"{what} {name}: the folder holds no weights (model.safetensors, shards or an adapter), as a "
+                "checkpoint saved by FSDP or DeepSpeed has: evaluate the run's output_dir, or export the checkpoint's "
+                "model first."
+            )
+        text_only = not_a_vlm(name) if (path / "config.json").is_file() else None
+        if text_only:
+            raise EvalUsageError(f"{what} {name}: {text_only}; the benchmarks are visual questions.")
         return
     looks_like_path = name.startswith((".", "/", "~")) or name.count("/") != 1
     if looks_like_path:
@@ -412,6 +426,11 @@ def _resolve_backend(args, state) -> str:
         backend = "vllm" if vllm_available() and state.num_processes == 1 else "transformers"
     if backend == "vllm" and state.num_processes > 1:
         raise EvalUsageError("--backend vllm runs in one process (tensor parallel); do not use accelerate launch.")
+    if backend == "vllm" and not vllm_available():
+        raise EvalUsageError(
+            "--backend vllm needs vLLM, which is not installed (pip install 'vepo-trl[vllm]'), or pass --backend "
+            "transformers."
+        )
     return backend
 
 

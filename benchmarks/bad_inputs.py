@@ -76,6 +76,32 @@ CLI_CASES: list[list[str]] = [
     ["analyze", "--model", "tiny-qwen2.5-vl", "--dataset", "synthetic", "--limit", "0"],
     ["plot", "no_such_run"],
     ["trian"],
+    # Settings that were accepted and then ignored, and inputs that failed only after the model loaded
+    [*TRAIN, "--lora_r", "8", "--lora_target_modules", "q_proj"],
+    [*TRAIN, "--fp16", "true"],
+    [*TRAIN, "--save_strategy", "steps", "--save_steps", "0"],
+    [*TRAIN, "--eval_strategy", "steps", "--eval_steps", "1"],
+    [*TRAIN, "--eval_dataset_name", "synthetic"],
+    [*TRAIN, "--report_to", "wandb"],
+    [*TRAIN, "--use_liger_kernel", "true"],
+    [*TRAIN, "--deepspeed", str(REPO / "recipes" / "accelerate_configs" / "zero2.yaml")],
+    [*TRAIN, "--dataset_name", "lab", "--max_pixels", "100"],
+    [*TRAIN, "--use_peft", "true", "--lora_target_modules", "lm_head"],
+    [*TRAIN, "--use_peft", "true", "--lora_target_modules", "no_such_proj"],
+    [*TRAIN, "--model_name_or_path", "textlm"],
+    [*TRAIN, "--config", TINY],
+    ["train", f"--config={TINY}", "--config", TINY],
+    ["train", "--config", "unquoted_no.yaml"],
+    ["train", "--config", TINY, "--output_dir", "dangling"],
+    ["demo", "--warm_start", "--model_family", "qwen3-vl"],
+    ["demo", "--config", TINY],
+    ["demo", "--model_family=bogus"],
+    ["strategies", "--bogus"],
+    ["--version", "--bogus"],
+    ["eval", "--model", "textlm", "--benchmarks", "synthetic"],
+    ["eval", "--model", "weightless", "--benchmarks", "synthetic"],
+    ["eval", "--model", "tiny-qwen2.5-vl", "--adapter", "weightless", "--benchmarks", "synthetic"],
+    ["eval", "--model", "tiny-qwen2.5-vl", "--backend", "vllm", "--benchmarks", "synthetic"],
 ]
 
 
@@ -202,6 +228,16 @@ def make_scratch(folder: Path) -> None:
     (folder / "other_lab" / "runs").mkdir(parents=True)
     (folder / "other_lab" / "warm_start.json").write_text("{}")
     (folder / "other_lab" / "vepo_lab.json").write_text(json.dumps({"settings": {"steps": 50}}))
+    # A text-only model with a processor config beside it, a model folder without weights, a dangling link, and a
+    # recipe whose unquoted `no` YAML reads as false
+    (folder / "textlm").mkdir()
+    (folder / "textlm" / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    (folder / "textlm" / "processor_config.json").write_text("{}")
+    (folder / "weightless").mkdir()
+    (folder / "weightless" / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
+    (folder / "dangling").symlink_to(folder / "nowhere")
+    lines = [line for line in Path(TINY).read_text().splitlines() if not line.startswith("save_strategy")]
+    (folder / "unquoted_no.yaml").write_text("\n".join([*lines, "save_strategy: no"]) + "\n")
 
 
 def run(command: list[str], folder: Path, env: dict) -> tuple[int, list[str], float]:

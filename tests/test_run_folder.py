@@ -273,7 +273,9 @@ def test_eval_into_a_training_runs_folder_is_refused_and_its_report_kept(tmp_pat
     assert run_cli(["eval", "--model", str(folder), "--benchmarks", "synthetic", "--limit", "2",
                     "--output_dir", str(results)], capsys)[0] == 0  # fmt: skip
     evaluated = _snapshot(results)
-    code, out, err = run_cli(["train", "--config", TINY_RECIPE, "--output_dir", str(results), "--max_steps", "1"], capsys)
+    code, out, err = run_cli(
+        ["train", "--config", TINY_RECIPE, "--output_dir", str(results), "--max_steps", "1"], capsys
+    )
     assert_one_error_line(code, err, "train", "holds evaluation results", "choose another --output_dir")
     assert _snapshot(results) == evaluated
 

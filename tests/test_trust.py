@@ -207,7 +207,7 @@ def test_strict_data_error_names_the_flag(tmp_path, monkeypatch, capsys, nothing
         (["--synthetic_rows", "0"], "--synthetic_rows 0: must be a whole number >= 1"),
         (["--max_train_samples", "0"], "--max_train_samples 0: must be a whole number >= 1"),
         (["--min_pixels", "60000", "--max_pixels", "50000"], "need min_pixels <= max_pixels"),
-        (["--learning_rate", "-1"], "--learning_rate -1: must be above 0"),
+        (["--learning_rate", "-1"], "--learning_rate -1: must be >= 0"),
         (["--output_dir", ""], "output_dir is empty"),
         (["--output_dir", "FILE/run"], "is a file"),
         (["--noise_step", "500.5"], "--noise_step 500.5: must be a whole diffusion step"),

@@ -268,9 +268,9 @@ def _evaluate(argv: list[str]) -> None:
 def _strategies(argv: list[str]) -> None:
     from .errors import OneLineParser
 
-    OneLineParser(prog="vepo-trl strategies", description="List the selection strategies and perturbations.").parse_args(
-        argv
-    )
+    OneLineParser(
+        prog="vepo-trl strategies", description="List the selection strategies and perturbations."
+    ).parse_args(argv)
     from .perturb import PERTURBATIONS
     from .scoring import SELECTION_STRATEGIES
 

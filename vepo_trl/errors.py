@@ -43,6 +43,8 @@ def check_output_folder(flag: str, folder) -> None:
     if folder is None or not str(folder).strip():
         raise UsageError(f"{flag} is empty: give a folder.")
     path = Path(folder).expanduser()
+    if path.is_symlink() and not path.exists():
+        raise UsageError(f"{flag} {folder}: a link to {os.readlink(path)}, which does not exist; give a folder.")
     if path.exists() and not path.is_dir():
         raise UsageError(f"{flag} {folder}: a file of that name exists; give a folder.")
     existing = path

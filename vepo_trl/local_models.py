@@ -194,6 +194,42 @@ def check_model_name(name: str | None, what: str = "model_name_or_path") -> None
         )
 
 
+def _check_cache_writable() -> None:
+    """The cache the built-in models are built into can be written (a read-only home, an unwritable
+    `VEPO_TRL_CACHE`): one line naming the folder and the fix, before a build fails deep in torch."""
+    from .errors import UsageError, check_output_folder
+    from .utils import cache_root
+
+    root = cache_root()
+    if (root.is_dir() and os.access(root, os.W_OK | os.X_OK)) or os.environ.get("VEPO_TRL_CACHE"):
+        return  # the variable is checked by the CLI at start-up
+    try:
+        check_output_folder("the vepo_trl cache", root)
+    except UsageError as error:
+        raise UsageError(
+            f"{error} Set VEPO_TRL_CACHE to a folder you can write (the built-in models go there)."
+        ) from None
+
+
+def _check_cached_weights(path: Path) -> None:
+    """A cached built-in model whose weights are damaged (a disk that filled up, a copy cut short): one line naming the
+    folder to delete, instead of safetensors' error inside transformers."""
+    from safetensors import safe_open
+
+    from .errors import UsageError
+
+    weights = Path(path) / "model.safetensors"
+    try:
+        with safe_open(str(weights), "pt") as handle:  # reads the header and checks it against the file's size
+            if not list(handle.keys()):
+                raise ValueError("no tensors")
+    except Exception as error:  # truncated, empty, not safetensors, missing
+        raise UsageError(
+            f"the cached model {path} is damaged ({type(error).__name__}: {' '.join(str(error).split())[:120]}): "
+            f"delete the folder {path} and rerun; it is built again in seconds."
+        ) from None
+
+
 def resolve_model_name(name: str) -> str:
     """The local path a built-in name stands for (building the model on first use); any other name is checked
     (`check_model_name`: a `UsageError` for a missing folder or an unreachable Hub id) and passes as is."""
@@ -204,9 +240,12 @@ def resolve_model_name(name: str) -> str:
 
         family = name.removeprefix("tiny-")
         if family in TINY_BUILDERS:
+            _check_cache_writable()
             # Under torch.distributed only rank 0 writes weights: it builds, the other ranks then find the folder
             with PartialState().main_process_first():
-                return str(tiny_model_path(family=family))
+                path = tiny_model_path(family=family)
+            _check_cached_weights(path)
+            return str(path)
     if name == LAB_MODEL and not os.path.isdir(name):
         from .lab.warm_start import WarmStartConfig, warm_start_path
 

@@ -293,6 +293,7 @@ def check_arguments(script_args, training_args, model_args, given=()) -> None:
     # Last: the one check that may touch the network (a Hub id not in the cache)
     check_model_name(model_args.model_name_or_path)
     _check_model_family(model_args, training_args)
+    check_lora_targets(model_args)
 
 
 def _check_model_family(model_args, training_args) -> None:
@@ -312,7 +313,7 @@ def _check_model_family(model_args, training_args) -> None:
         raise UsageError(
             f"model_name_or_path {name}: {text_only}; vepo-trl train trains vision-language models on image data. "
             "For a text model, call VEPOTrainer from Python with text prompts and selection_strategy 'entropy' or "
-            "'full' (README: Text-only models)."
+            "'full' (its tokenizer as processing_class)."
         )
     _check_processor_files(name)
     if strategy is None or not strategy.needs_perturbed_pass or not name:
@@ -330,6 +331,70 @@ def _check_model_family(model_args, training_args) -> None:
             f"{blocker(model_type)}, and "
             f"selection_strategy {training_args.selection_strategy!r} perturbs the model's images. Supported families: "
             f"{', '.join(supported_families())}; or --selection_strategy entropy / full."
+        )
+
+
+def check_lora_targets(model_args) -> None:
+    """With --use_peft: the adapter's target modules, matched by peft's own rule against the model's module names
+    built on the meta device from its config.json (no weight loads): none matched, the LM head (VEPO reads its weight),
+    or no targets for a model type peft has no default for, each refused in one line."""
+    import json
+
+    import torch
+    from peft.tuners.tuners_utils import check_target_module_exists
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+    from transformers import AutoConfig
+
+    from vepo_trl.local_models import local_config_file
+
+    if not model_args.use_peft or not model_args.model_name_or_path:
+        return
+    name = model_args.model_name_or_path
+    if name.startswith("tiny-"):
+        name = resolve_model_name(name)
+    path = local_config_file(name, model_args.model_revision)
+    if path is None:
+        return  # a Hub id not cached yet: peft says it when the model loads
+    try:
+        model_type = json.loads(path.read_text()).get("model_type")
+        config = AutoConfig.from_pretrained(path.parent)
+    except Exception:  # unreadable or unknown: transformers says why when it loads
+        return
+    targets = model_args.lora_target_modules
+    saved = model_args.lora_modules_to_save or []
+    if any(module == "lm_head" or str(module).endswith(".lm_head") for module in saved):
+        raise UsageError(
+            "--lora_modules_to_save lm_head: VEPO reads the LM head's weight for its signals, and peft would wrap it; "
+            "leave lm_head out."
+        )
+    if targets is None:
+        if model_type not in TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING:
+            raise UsageError(
+                f"--use_peft on a {model_type!r} model needs --lora_target_modules (peft has no default for it): e.g. "
+                "--lora_target_modules q_proj k_proj v_proj o_proj, or all-linear."
+            )
+        return
+    if targets == "all-linear" or targets == ["all-linear"]:
+        return
+    from peft import LoraConfig
+
+    lora = LoraConfig(target_modules=targets, task_type=model_args.lora_task_type)
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(config)
+    matched = [module for module, _ in model.named_modules() if module and check_target_module_exists(lora, module)]
+    if not matched:
+        leaves = sorted({module.rsplit(".", 1)[-1] for module, child in model.named_modules()
+                         if isinstance(child, torch.nn.Linear) and not module.rsplit(".", 1)[-1].isdigit()})  # fmt: skip
+        raise UsageError(
+            f"--lora_target_modules {' '.join(map(str, targets)) if isinstance(targets, list) else targets}: matches "
+            f"no module of this {model_type!r} model; its linear layers are named {', '.join(leaves[:12])}"
+            f"{', ...' if len(leaves) > 12 else ''} (or pass all-linear)."
+        )
+    heads = [module for module in matched if module == "lm_head" or module.endswith(".lm_head")]
+    if heads:
+        raise UsageError(
+            f"--lora_target_modules matches {heads[0]}: VEPO reads the LM head's weight for its signals, and a LoRA "
+            "adapter would wrap it; leave lm_head out of the targets."
         )
 
 

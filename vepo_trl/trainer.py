@@ -46,6 +46,7 @@ from .run_folder import foreign_card
 from .scoring import TOKEN_COUNT_NORMALISED_LOSSES, get_strategy
 from .selection_pipeline import COUNT_SCALE_KEY, SELECTION_KEY, SelectionPipeline, SelectionSamplesFile
 from .sharding import maybe_align_vision_tower, maybe_unshard_fused_head
+from .trainer_inputs import check_text_only, checked_model, named_rewards_resolved
 from .vllm_prompts import UnexpandedVLLMPrompts, check_vllm_version
 
 
@@ -55,77 +56,6 @@ logger = logging.getLogger(__name__)
 _TRL_FORWARD_SIGNATURE = inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies)
 _TRL_FORWARD_KEYWORDS = frozenset(_TRL_FORWARD_SIGNATURE.parameters)
 _PROCESSOR_ONLY_KEYS = ("batch_num_images", "labels")
-
-
-def _checked_model(model):
-    """A model id or folder (`str`, `pathlib.Path`) or a model object; anything else refused in one line."""
-    if isinstance(model, os.PathLike):
-        return os.fspath(model)
-    if isinstance(model, str) or isinstance(model, torch.nn.Module):
-        return model
-    raise TypeError(
-        f"model must be a Hub id or a local folder (str or pathlib.Path) or a loaded model (a PreTrainedModel), got "
-        f"{type(model).__name__}."
-    )
-
-
-def _check_text_only(model, strategy: str, train_dataset, processing_class) -> None:
-    """A text-only model (no image-text-to-text class in transformers) trains with a text strategy on text prompts;
-    refuse in one line, before TRL loads anything, what it cannot do (TRL fails deep inside otherwise)."""
-    from pathlib import Path
-
-    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
-
-    from .families import supported_families
-    from .local_models import not_a_vlm
-
-    if isinstance(model, str):
-        text_only = not_a_vlm(model)
-    else:
-        model_type = getattr(getattr(model, "config", None), "model_type", None)
-        text_only = (
-            f"a text-only {model_type!r} model"
-            if model_type and model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
-            else None
-        )
-    if not text_only:
-        return
-    if get_strategy(strategy).needs_perturbed_pass:
-        raise ValueError(
-            f"selection_strategy={strategy!r} perturbs the model's images, but the model is {text_only}: use "
-            f"selection_strategy='entropy' or 'full', or a vision-language model ({', '.join(supported_families())})."
-        )
-    columns = getattr(train_dataset, "column_names", None) or []
-    image_columns = [name for name in ("image", "images") if name in columns]
-    if image_columns:
-        raise ValueError(
-            f"train_dataset has an {image_columns[0]!r} column, and the model is {text_only}, which cannot read "
-            "images: train a vision-language model, or drop the column and the image parts of the prompts."
-        )
-    folder = Path(model) if isinstance(model, str) else None
-    has_image_processor = folder is not None and any(
-        (folder / name).is_file() for name in ("preprocessor_config.json", "processor_config.json")
-    )
-    if processing_class is None and has_image_processor:
-        raise ValueError(
-            f"{model} holds an image processor's config beside {text_only}, so TRL would load a multimodal "
-            "processor for a text model: pass processing_class=AutoTokenizer.from_pretrained(...)."
-        )
-
-
-def _named_rewards_resolved(reward_funcs):
-    """Our reward names (`"accuracy"`, `["accuracy", "format"]`) as the functions: TRL would take a string for a
-    Hub reward model's id and try to download it. Other strings (real reward model ids) and callables pass as given."""
-    from .rewards import REWARD_FUNCS, get_reward_funcs
-
-    items = [reward_funcs] if isinstance(reward_funcs, str) else reward_funcs
-    if not isinstance(items, (list, tuple)):
-        return reward_funcs
-    if any(isinstance(item, str) and item in REWARD_FUNCS for item in items):
-        resolved = [get_reward_funcs(item)[0] if isinstance(item, str) and item in REWARD_FUNCS else item
-                    for item in items]  # fmt: skip
-        return resolved if isinstance(reward_funcs, (list, tuple)) else resolved[0]
-    return reward_funcs
 
 
 class VEPOTrainer(RestoresCheckpointWeights, UnexpandedVLLMPrompts, UnpaddedPromptIds, GRPOTrainer):
@@ -153,8 +83,7 @@ class VEPOTrainer(RestoresCheckpointWeights, UnexpandedVLLMPrompts, UnpaddedProm
     }
 
     def __init__(self, model, reward_funcs, args: VEPOConfig | None = None, *pos_args, **kwargs):
-        model = _checked_model(model)
-        reward_funcs = _named_rewards_resolved(reward_funcs)
+        model, reward_funcs = checked_model(model), named_rewards_resolved(reward_funcs)
         if args is None:
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = VEPOConfig(f"{str(model_name).split('/')[-1]}-VEPO")
@@ -170,7 +99,7 @@ class VEPOTrainer(RestoresCheckpointWeights, UnexpandedVLLMPrompts, UnpaddedProm
             raise ValueError("train_dataset is empty: VEPOTrainer would train 0 steps. Check the data set's split.")
         if isinstance(model, str):
             model = resolve_model_name(model)  # `tiny-qwen2.5-vl`: the offline tiny model, built and cached once
-        _check_text_only(model, args.selection_strategy, train_dataset, kwargs.get("processing_class"))
+        check_text_only(model, args.selection_strategy, train_dataset, kwargs.get("processing_class"))
         # Read by the `top_entropy_quantile` property while GRPOTrainer.__init__ runs
         self._token_weights = None
         super().__init__(model, reward_funcs, args, *pos_args, **kwargs)

@@ -359,7 +359,7 @@ def check_value(name: str, value, rule: Rule):
             listed = "" if rule.valid.startswith("one of") else f" (one of {', '.join(sorted(names))})"
             # YAML reads an unquoted no / yes / off / on as a boolean
             quote = (
-                f' (a recipe\'s unquoted {"no" if not value else "yes"} is YAML for {str(value).lower()}: quote it, '
+                f" (a recipe's unquoted {'no' if not value else 'yes'} is YAML for {str(value).lower()}: quote it, "
                 f'{name}: "{"no" if not value else "yes"}")'
                 if isinstance(value, bool)
                 else ""
@@ -374,6 +374,8 @@ def check_value(name: str, value, rule: Rule):
         from pathlib import Path
 
         if isinstance(value, Mapping) or (isinstance(value, str) and Path(value).expanduser().is_file()):
+            if name == "deepspeed":
+                _check_deepspeed(value)
             return value
         if isinstance(value, str) and (value.lstrip().startswith("{") or not value.endswith(".json")):
             return value  # inline JSON (transformers parses it) or accelerate's base64: not a path
@@ -405,6 +407,35 @@ def check_value(name: str, value, rule: Rule):
     if rule.test is not None and not rule.test(value):
         _refuse(name, value, rule)
     return value
+
+
+def _check_deepspeed(value) -> None:
+    """`--deepspeed`: a DeepSpeed JSON config (not accelerate's YAML, which goes to `accelerate launch --config_file`),
+    with the deepspeed package installed (transformers needs it to read the file, 60 lines deep otherwise)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    if isinstance(value, str):
+        path = Path(value).expanduser()
+        try:
+            config = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError):
+            config = None
+        if not isinstance(config, dict):
+            accelerate = path.suffix.lower() in (".yaml", ".yml")
+            hint = (
+                " (it reads as an accelerate config: pass it as accelerate launch --config_file, and --deepspeed "
+                "its deepspeed_config_file, if any)"
+                if accelerate
+                else ""
+            )
+            raise ValueError(f"--deepspeed {value}: not a DeepSpeed JSON config{hint}.")
+    if importlib.util.find_spec("deepspeed") is None:
+        raise ValueError(
+            f"--deepspeed {value if isinstance(value, str) else '{...}'}: the deepspeed package is not installed "
+            "(pip install 'vepo-trl[deepspeed]')."
+        )
 
 
 def check_values(values: Mapping[str, object], rules: Mapping[str, Rule], *, early: bool = False) -> dict[str, object]:

@@ -58,7 +58,8 @@ IMAGE_FACTOR = 28
 MIN_IMAGE_SIDE = 4
 
 # Accepted column names, preferred first. The first match in a data set's columns is used.
-PROBLEM_COLUMNS = ("problem", "question", "query")
+# `prompt` last: TRL's own column, plain text or a conversation (`[{"role": "user", "content": [...]}]`)
+PROBLEM_COLUMNS = ("problem", "question", "query", "prompt")
 ANSWER_COLUMNS = ("answer", "ground_truth", "gt_answer", "final_answer")
 IMAGE_COLUMNS = ("images", "image", "image_paths", "image_path")
 ID_COLUMNS = ("id", "pid", "question_id", "problem_id")
@@ -76,7 +77,19 @@ PLACEHOLDER_MISMATCH = "image placeholder count differs from image count"
 
 _DROP_COLUMN = "_vepo_drop_reason"
 _DETAIL_COLUMN = "_vepo_drop_detail"  # the reason with its detail (which file, which error), for the messages
-_LOCAL_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+_LOCAL_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".tsv": "csv"}
+# Compressed text files `datasets` reads as they are (`rows.jsonl.gz`, `rows.csv.zst`)
+_COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst", ".lz4")
+
+
+def _file_suffix(path: Path) -> str:
+    """The data format's suffix of a file name, under a compression suffix (`.jsonl` for `rows.jsonl.gz`)."""
+    suffixes = [suffix.lower() for suffix in path.suffixes]
+    if len(suffixes) >= 2 and suffixes[-1] in _COMPRESSIONS and suffixes[-2] in (".json", ".jsonl", ".csv", ".tsv"):
+        return suffixes[-2]
+    return path.suffix.lower()
+
+
 _METADATA_FILES = ("metadata.jsonl", "metadata.csv", "metadata.parquet")
 _WRITER_BATCH_SIZE = 64  # rows hold up to a few MB of encoded images each
 _PNG_COMPRESS_LEVEL = 1  # lossless; much faster than the default level at a similar size for diagrams
@@ -297,6 +310,27 @@ def build_user_content(problem: str, num_images: int) -> list[dict[str, str]]:
     return content
 
 
+def _from_messages(messages: list) -> tuple[str, str | None]:
+    """(problem, system prompt or None) of a conversational prompt in TRL's format: the user turns' text with
+    `<image>` where each image part stands, and the system turn's text where there is one."""
+    system, user = None, []
+    for message in messages:
+        if not isinstance(message, dict) or message.get("role") not in ("system", "user"):
+            raise UnusableRowError(MISSING_PROBLEM, "a prompt turn that is not a system or user message")
+        content = message.get("content")
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+        text = "".join(
+            "<image>" if part.get("type") == "image" else part.get("text") or ""
+            for part in parts
+            if isinstance(part, dict)
+        )
+        if message["role"] == "system":
+            system = text
+        else:
+            user.append(text)
+    return "\n".join(user), system
+
+
 def _as_image_list(value: Any) -> list:
     if value is None:
         return []
@@ -372,6 +406,9 @@ def to_conversational(
     if missing:
         raise ValueError(f"row has no column(s) {missing}; its columns are {sorted(example)}")
     problem = example[problem_column]
+    if isinstance(problem, list):  # TRL's conversational prompt: its text, images where its image parts stand
+        problem, own_system = _from_messages(problem)
+        system_prompt = own_system if own_system is not None else system_prompt
     if not isinstance(problem, str) or not problem.strip():
         raise UnusableRowError(MISSING_PROBLEM)
     answer = _answer_text(example[answer_column])
@@ -640,9 +677,15 @@ def _file_problem(path: Path, builder: str) -> str | None:
 
 
 def _load_local_file(path: Path, split: str, load_kwargs: dict[str, Any]) -> datasets.Dataset:
-    builder = _LOCAL_FILE_BUILDERS.get(path.suffix.lower())
+    suffix = _file_suffix(path)
+    builder = _LOCAL_FILE_BUILDERS.get(suffix)
     if builder is None:
-        raise ValueError(f"unsupported file type {path.suffix!r} for {path}; accepted: {sorted(_LOCAL_FILE_BUILDERS)}")
+        raise ValueError(
+            f"unsupported file type {path.suffix!r} for {path}; accepted: {sorted(_LOCAL_FILE_BUILDERS)}, "
+            f"each also compressed ({', '.join(_COMPRESSIONS)}) but parquet"
+        )
+    if suffix == ".tsv":
+        load_kwargs = {**load_kwargs, "sep": "\t"}
     # `data_files` are glob patterns: a literal "[1]" in a folder name would otherwise match nothing
     pattern = glob.escape(str(path))
     # `datasets` logs a bad file at ERROR level before raising; the error raised below says it in one line
@@ -744,7 +787,7 @@ def load_vepo_dataset(
         return convert_dataset(
             raw, source=source, split=split, base_dir=base_dir.resolve(), origin=name_or_path, **options
         )
-    looks_like_path = os.sep in name_or_path or Path(name_or_path).suffix.lower() in _LOCAL_FILE_BUILDERS
+    looks_like_path = os.sep in name_or_path or _file_suffix(Path(name_or_path)) in _LOCAL_FILE_BUILDERS
     problem = "no such file or directory" if looks_like_path else "unknown data set"
     raise ValueError(f"{problem}: {name_or_path!r}; accepted: {_accepted_names()}")
 

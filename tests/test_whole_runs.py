@@ -1,0 +1,320 @@
+"""Whole runs as users start them (the real CLI, a recipe, combinations of settings, real files): every setting takes
+effect or is refused in one line naming it, before the model loads; what a Python user passes is taken or refused
+in one line; data files in the formats `datasets` reads train. Each case here ended in a traceback after the model
+loaded, or was accepted and ignored, before (the newcomer audit's f06-f33, y12-y28, c08-c09, api*, e27-e31, v02-v03,
+r03)."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import vepo_trl.train as train_module
+
+from .test_trust import run_cli
+
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_RECIPE = str(REPO / "recipes" / "tiny" / "config_vepo.yaml")
+
+
+@pytest.fixture(autouse=True)
+def cache(monkeypatch, tmp_path_factory):
+    monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path_factory.getbasetemp() / "vepo-cache"))
+
+
+@pytest.fixture
+def nothing_loads(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model or data set was loaded before the input was checked")
+
+    monkeypatch.setattr(train_module, "load_model", refuse)
+    monkeypatch.setattr(train_module, "load_dataset_split", refuse)
+
+
+def one_line(code, err, *needles):
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("vepo-trl") and ": error: " in lines[0], lines
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+def snapshot(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+ACCEPTED_AND_IGNORED = [
+    # (f06) LoRA flags without --use_peft trained the whole model
+    (["--lora_r", "8", "--lora_target_modules", "q_proj"], "--lora_r is set but --use_peft is false"),
+    (["--lora_r", "16"], "--use_peft is false"),  # the default value, given: still ignored, still refused
+    # (f10) fp16 on the CPU trained in float32 and recorded fp16: true
+    (["--fp16", "true"], "--fp16 true needs a GPU"),
+    # (f14) save_steps 0 never saved
+    (["--save_strategy", "steps", "--save_steps", "0"], "--save_steps 0 with --save_strategy steps"),
+    # (f13) evaluation without an evaluation set failed after loading; the reverse was ignored
+    (["--eval_strategy", "steps", "--eval_steps", "1"], "none is given: add --eval_dataset_name"),
+    (["--eval_dataset_name", "synthetic"], "is never used with eval_strategy 'no'"),
+    # (f24, f25) integrations that are not installed
+    (["--report_to", "wandb"], "--report_to wandb: its package is not installed"),
+    (["--report_to", "bogus"], "--report_to bogus: not a reporting integration"),
+    (["--use_liger_kernel", "true"], "needs the liger-kernel package"),
+    # (f27) an accelerate config given as the DeepSpeed config
+    (["--deepspeed", str(REPO / "recipes" / "accelerate_configs" / "zero2.yaml")], "not a DeepSpeed JSON config"),
+    # (f21) image bounds on data that has its own fixed size
+    (["--dataset_name", "lab", "--min_pixels", "1"], "dataset_name lab draws its images at the warm start's"),
+    # (y25, y26) a second recipe
+    (["--config", TINY_RECIPE], "--config is given twice"),
+    ([f"--config={TINY_RECIPE}"], "--config is given twice"),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"), ACCEPTED_AND_IGNORED, ids=lambda v: " ".join(v) if isinstance(v, list) else None
+)
+def test_a_setting_that_would_be_ignored_is_refused_before_loading(tmp_path, capsys, nothing_loads, argv, needle):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("mine")
+    if "--deepspeed" in argv:
+        pytest.importorskip(
+            "deepspeed", reason="without deepspeed the file is refused for that first"
+        ) if False else None
+    code, out, err = run_cli(["train", "--config", TINY_RECIPE, "--output_dir", str(folder), *argv], capsys)
+    one_line(code, err, needle)
+    assert snapshot(folder) == {"keep.txt": b"mine"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["demo", "--warm_start", "--model_family", "qwen3-vl"], "give one of them"),  # (f33) warm start dropped
+        (["demo", "--config", TINY_RECIPE], "vepo-trl train --config FILE"),  # (y28)
+        (["demo", "--model_family=bogus"], "--model_family bogus"),  # (f34) the = form
+        (["strategies", "--bogus"], "unrecognized arguments: --bogus"),  # (c08)
+        (["--version", "--bogus"], "takes no options"),  # (c09)
+    ],
+)
+def test_options_a_command_does_not_take_are_refused(capsys, nothing_loads, argv, needle):
+    code, out, err = run_cli(argv, capsys)
+    one_line(code, err, needle)
+
+
+def test_a_recipes_unquoted_no_is_named_as_yaml(tmp_path, capsys, nothing_loads):
+    recipe = tmp_path / "r.yaml"
+    lines = [line for line in Path(TINY_RECIPE).read_text().splitlines() if not line.startswith("save_strategy")]
+    recipe.write_text("\n".join([*lines, "save_strategy: no"]) + "\n")  # YAML reads it as false (y12)
+    code, out, err = run_cli(["train", "--config", str(recipe), "--output_dir", str(tmp_path / "o")], capsys)
+    one_line(code, err, "--save_strategy False", 'quote it, save_strategy: "no"')
+
+
+def test_lora_targets_are_matched_against_the_model_before_it_loads(tmp_path, capsys, nothing_loads):
+    from vepo_trl.local_models import resolve_model_name
+
+    resolve_model_name("tiny-qwen2.5-vl")  # built (its progress bar) before the runs under test
+    capsys.readouterr()
+    base = ["train", "--config", TINY_RECIPE, "--output_dir", str(tmp_path / "o"), "--use_peft", "true"]
+    # (f07) the head VEPO reads: refused after loading, inside a 32-line traceback
+    one_line(*run_cli([*base, "--lora_target_modules", "lm_head"], capsys)[::2], "matches lm_head")
+    # (f08) a name that matches nothing: peft's NoMatchingPeftModuleError after loading
+    one_line(*run_cli([*base, "--lora_target_modules", "no_such_proj"], capsys)[::2], "matches no module",
+             "q_proj")  # fmt: skip
+
+
+def test_lora_targets_that_match_pass_the_preflight(tiny_model_dir):
+    from trl import ModelConfig
+
+    train_module.check_lora_targets(
+        ModelConfig(model_name_or_path=tiny_model_dir, use_peft=True, lora_target_modules=["q_proj", "v_proj"])
+    )
+
+
+def test_a_text_only_model_is_refused_by_train_and_eval_before_loading(tmp_path, capsys, nothing_loads):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from vepo_trl.local_models import resolve_model_name
+
+    folder = tmp_path / "textlm"
+    Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=2)).save_pretrained(folder)  # fmt: skip
+    tiny = Path(resolve_model_name("tiny-qwen2.5-vl"))
+    for name in ("processor_config.json", "tokenizer.json", "tokenizer_config.json"):
+        (folder / name).write_bytes((tiny / name).read_bytes())
+    capsys.readouterr()
+    # (f42) "Model type should be one of ..." over 31 lines; (e27) the same from eval
+    code, out, err = run_cli(["train", "--config", TINY_RECIPE, "--model_name_or_path", str(folder),
+                              "--selection_strategy", "entropy", "--output_dir", str(tmp_path / "o")], capsys)  # fmt: skip
+    one_line(code, err, "a text-only 'qwen2' model", "VEPOTrainer from Python")
+    code, out, err = run_cli(["eval", "--model", str(folder), "--benchmarks", "synthetic", "--limit", "1",
+                              "--output_dir", str(tmp_path / "e")], capsys)  # fmt: skip
+    one_line(code, err, "a text-only 'qwen2' model")
+
+
+def test_eval_inputs_are_checked_before_loading(tmp_path, capsys, tiny_model_dir):
+    checkpoint = tmp_path / "checkpoint-6"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text((Path(tiny_model_dir) / "config.json").read_text())
+    bench = ["--benchmarks", "synthetic", "--limit", "1", "--output_dir", str(tmp_path / "e")]
+    # (c06) a checkpoint folder without weights: OSError, 32 lines
+    one_line(*run_cli(["eval", "--model", str(checkpoint), *bench], capsys)[::2], "holds no weights")
+    # (e28) a full model as the adapter: peft's ValueError, 57 lines
+    one_line(*run_cli(["eval", "--model", tiny_model_dir, "--adapter", tiny_model_dir, *bench], capsys)[::2],
+             "not a PEFT adapter")  # fmt: skip
+    # (e31) vLLM not installed: ModuleNotFoundError, 23 lines
+    from vepo_trl.eval.generate import vllm_available
+
+    if not vllm_available():
+        one_line(*run_cli(["eval", "--model", tiny_model_dir, "--backend", "vllm", *bench], capsys)[::2],
+                 "needs vLLM, which is not installed")  # fmt: skip
+
+
+def test_environment_and_folders(tmp_path, capsys, monkeypatch, nothing_loads):
+    # (r03) a dangling link as the output folder: FileExistsError, 22 lines
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    code, out, err = run_cli(["train", "--config", TINY_RECIPE, "--output_dir", str(tmp_path / "dangling")], capsys)
+    one_line(code, err, "a link to", "which does not exist")
+    # (v02) a quoted ~ in VEPO_TRL_CACHE made a folder named `~` in the working folder
+    from vepo_trl.utils import cache_root
+
+    monkeypatch.setenv("VEPO_TRL_CACHE", "~/vepo-cache-test")
+    assert cache_root() == Path.home() / "vepo-cache-test"
+
+
+def test_a_damaged_cached_model_names_the_folder_to_delete(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path / "cache"))
+    from vepo_trl.local_models import resolve_model_name
+
+    built = Path(resolve_model_name("tiny-qwen2.5-vl"))
+    weights = built / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # (v03) a truncated copy: SafetensorError, 42 lines
+    capsys.readouterr()
+    code, out, err = run_cli(["demo", "--max_steps", "1", "--output_dir", str(tmp_path / "o")], capsys)
+    one_line(code, err, "is damaged", f"delete the folder {built}")
+
+
+def test_an_unwritable_cache_is_named(tmp_path, monkeypatch):
+    from vepo_trl.errors import UsageError
+    from vepo_trl.local_models import resolve_model_name
+
+    (tmp_path / "home").write_text("a file where the home folder should be")  # (v06) as root, a mode is no obstacle
+    monkeypatch.delenv("VEPO_TRL_CACHE")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    with pytest.raises(UsageError, match="Set VEPO_TRL_CACHE to a folder you can write"):
+        resolve_model_name("tiny-qwen2.5-vl")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The Python API
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [({"selection_ratio": "0.2"}, "a str, must be a number"), ({"reward_weights": "1"}, "'1' is a str")],
+)
+def test_a_wrong_type_is_named_as_the_problem(kwargs, needle):
+    from vepo_trl import VEPOConfig
+
+    with pytest.raises(ValueError, match=needle):  # (api01, api03) was "must be in (0, 1]" for 0.2
+        VEPOConfig(output_dir="unused", use_cpu=True, bf16=False, report_to="none", **kwargs)
+
+
+def make_trainer(model, data, tmp_path, reward_funcs="accuracy", **config):
+    from vepo_trl import VEPOConfig, VEPOTrainer
+
+    args = VEPOConfig(output_dir=str(tmp_path / "api"), use_cpu=True, bf16=False, report_to="none",
+                      per_device_train_batch_size=4, num_generations=4, max_completion_length=8, max_steps=1,
+                      **config)  # fmt: skip
+    return VEPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=data)
+
+
+def test_the_api_takes_what_a_python_user_passes(tiny_model_dir, visual_dataset, tmp_path):
+    from vepo_trl.data import load_vepo_dataset
+    from vepo_trl.rewards import REWARD_FUNCS
+
+    # (api09) a reward name where functions go: TRL took it for a Hub reward model and tried to download it
+    trainer = make_trainer(Path(tiny_model_dir), visual_dataset, tmp_path, reward_funcs="accuracy")
+    assert trainer.reward_funcs == [REWARD_FUNCS["accuracy"]]
+    # (api15) a pathlib.Path to a data file
+    rows = tmp_path / "rows.jsonl"
+    from PIL import Image
+
+    Image.new("RGB", (56, 56), "red").save(tmp_path / "a.png")
+    rows.write_text(json.dumps({"problem": "Colour?", "images": ["a.png"], "answer": "red"}) + "\n")
+    assert len(load_vepo_dataset(rows, min_pixels=3136, max_pixels=50176)) == 1
+    with pytest.raises(TypeError, match="model must be a Hub id or a local folder"):
+        make_trainer(42, visual_dataset, tmp_path)
+
+
+def test_prompts_with_image_parts_and_no_images_are_named(tiny_model_dir, visual_dataset, tmp_path):
+    # (api05) "Number of images provided (0) does not match" at the first step, 64 lines
+    with pytest.raises(ValueError, match="row 0's prompt has 1 image part.*no 'images'"):
+        make_trainer(tiny_model_dir, visual_dataset.remove_columns("images"), tmp_path, selection_strategy="entropy")
+    # A select()ed data set is read in its own order (its index mapping applied)
+    make_trainer(tiny_model_dir, visual_dataset.select([5, 2, 7, 1]), tmp_path, selection_strategy="entropy")
+
+
+def test_a_text_only_model_in_the_api_is_refused_in_one_line(tmp_path, visual_dataset):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2))  # fmt: skip
+    # (api06) AttributeError 'Qwen2Config' has no attribute 'image_token_id'; (api07) KeyError 'image', 59 lines
+    with pytest.raises(ValueError, match="perturbs the model's images, but the model is a text-only 'qwen2'"):
+        make_trainer(model, visual_dataset, tmp_path)
+    with pytest.raises(ValueError, match="'images' column, and the model is a text-only 'qwen2'"):
+        make_trainer(model, visual_dataset, tmp_path, selection_strategy="entropy")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Data files a user already has
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def write_rows(folder: Path, kind: str) -> Path:
+    import csv
+    import gzip
+
+    from PIL import Image
+
+    folder.mkdir(exist_ok=True)
+    Image.new("RGB", (56, 56), (200, 30, 30)).save(folder / "a.png")
+    question = "What colour is the square?"
+    if kind == "trl.jsonl":  # TRL's own conversational format
+        row = {"prompt": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}],
+               "images": ["a.png"], "answer": "red"}  # fmt: skip
+    else:
+        row = {"prompt": question, "images": ["a.png"], "answer": "red"}
+    text = "".join(json.dumps(row) + "\n" for _ in range(8))
+    path = folder / kind
+    if kind.endswith(".gz"):
+        with gzip.open(path, "wt") as handle:
+            handle.write(text)
+    elif kind.endswith((".csv", ".tsv")):
+        with open(path, "w", newline="") as handle:
+            writer = csv.writer(handle, delimiter="\t" if kind.endswith(".tsv") else ",")
+            writer.writerow(["question", "image", "answer"])
+            writer.writerows([[question, "a.png", "red"]] * 8)
+    else:
+        path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["trl.jsonl", "plain_prompt.jsonl", "rows.jsonl.gz", "rows.csv", "rows.tsv"])
+def test_data_files_users_already_have_load_with_the_image_where_it_stood(tmp_path, kind):
+    from vepo_trl.data import load_vepo_dataset
+
+    data = load_vepo_dataset(write_rows(tmp_path / "data", kind), min_pixels=3136, max_pixels=50176)
+    assert len(data) == 8 and data[0]["answer"] == "red" and data[0]["images"][0].size == (56, 56)
+    user = data[0]["prompt"][-1]["content"]
+    assert [part["type"] for part in user] == ["image", "text"] and user[1]["text"] == "What colour is the square?"
+
+
+def test_trls_own_format_trains_through_the_cli(tmp_path, capsys):
+    path = write_rows(tmp_path / "data", "trl.jsonl")
+    code, out, err = run_cli(["train", "--config", TINY_RECIPE, "--dataset_name", str(path), "--max_steps", "1",
+                              "--output_dir", str(tmp_path / "run")], capsys)  # fmt: skip
+    assert code == 0, err
+    assert json.loads((tmp_path / "run" / "trainer_state.json").read_text())["global_step"] == 1
+    assert os.path.isfile(tmp_path / "run" / "model.safetensors")

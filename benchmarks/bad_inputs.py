@@ -4,7 +4,7 @@ Each CLI case runs `python -m vepo_trl ...` in a fresh process (so the time incl
 scratch folder holding the bad files; each API case runs in a fresh `python -c` process. The aim for every row: exit 2
 (API: one `ValueError` line), one stderr line, no traceback, under 10 s, before any model loads.
 
-    python benchmarks/bad_inputs.py                 # about 5 minutes on 2 cores
+    python benchmarks/bad_inputs.py                 # about 8 minutes on 2 cores
     python benchmarks/bad_inputs.py --only lab      # the cases whose command line contains "lab"
 
 Offline (HF_HUB_OFFLINE=1) so that Hub names fail the way they do on a machine without network.
@@ -117,7 +117,17 @@ def table_cases() -> list[list[str]]:
     cases = []
     for name, rule in sorted(rules_for(VEPOConfig, VEPOScriptArguments, ModelConfig).items()):
         cases.append([*TRAIN, f"--{name}", *_invalid(rule)])
+        # The wrong kind of value as well as the wrong range: text for a number, a number for a yes / no
+        wrong_kind = {"whole": "abc", "number": "abc", "bool": "2", "numbers": "abc"}.get(rule.kind)
+        if wrong_kind is not None:
+            cases.append([*TRAIN, f"--{name}", wrong_kind])
     return cases + [
+        # Data files in formats the loaders read, broken
+        [*TRAIN, "--dataset_name", "empty.csv"],
+        [*TRAIN, "--dataset_name", "wrong_types.jsonl"],
+        [*TRAIN, "--dataset_name", "empty_rows.jsonl"],
+        [*TRAIN, "--dataset_name", "notes.txt"],
+        [*TRAIN, "--dataset_name", "bad.jsonl.gz"],
         ["demo", "--per_device_train_batch_size", "0"],
         [*TRAIN, "--model_name_or_path", "gemma4"],
         [*TRAIN, "--model_name_or_path", "no_processor"],
@@ -181,6 +191,21 @@ API_CASES: list[tuple[str, str]] = [
         "from vepo_trl.train import make_parser, main; "
         f"main(*make_parser().parse_args_and_config(['--config', {TINY!r}, '--temperature', '0']))",
     ),
+    (
+        'VEPOConfig(selection_ratio="0.2")',
+        "from vepo_trl import VEPOConfig; VEPOConfig(output_dir='api-out', use_cpu=True, bf16=False, "
+        "report_to='none', selection_ratio='0.2')",
+    ),
+    (
+        "VEPOTrainer(model=42)",
+        "from vepo_trl import VEPOTrainer, VEPOConfig; VEPOTrainer(model=42, reward_funcs='accuracy', "
+        "args=VEPOConfig(output_dir='api-out', use_cpu=True, bf16=False, report_to='none'))",
+    ),
+    (
+        "VEPOTrainer(text-only model, vepo)",
+        "from vepo_trl import VEPOTrainer, VEPOConfig; VEPOTrainer(model='textlm', reward_funcs='accuracy', "
+        "args=VEPOConfig(output_dir='api-out', use_cpu=True, bf16=False, report_to='none'))",
+    ),
 ]
 
 
@@ -237,7 +262,30 @@ def make_scratch(folder: Path) -> None:
     (folder / "weightless" / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
     (folder / "dangling").symlink_to(folder / "nowhere")
     lines = [line for line in Path(TINY).read_text().splitlines() if not line.startswith("save_strategy")]
+    (folder / "empty.csv").write_text("")
+    jsonl("wrong_types.jsonl", {"problem": 3, "images": "ok.png", "answer": {"a": 1}})
+    (folder / "empty_rows.jsonl").write_text("{}\n{}\n")
+    (folder / "notes.txt").write_text("not data\n")
+    (folder / "bad.jsonl.gz").write_bytes(b"not gzip at all")
     (folder / "unquoted_no.yaml").write_text("\n".join([*lines, "save_strategy: no"]) + "\n")
+
+
+def _kind(label: str) -> str:
+    """The kind of a case, for the per-kind counts: the command, and for `train` what its bad input is."""
+    if label.startswith("API: "):
+        return "Python API"
+    words = label.split()
+    command = words[1] if len(words) > 1 else "?"
+    if command != "train":
+        return f"{command} command" if not command.startswith("-") else "top-level options"
+    flags = [word for word in words[2:] if word.startswith("--") and word not in ("--config", "--output_dir")]
+    if not flags:
+        return "train: recipe or folder"
+    if flags[0] == "--dataset_name":
+        return "train: data file or name"
+    if flags[0] == "--model_name_or_path":
+        return "train: model"
+    return "train: one setting" if len(flags) == 1 else "train: settings combined"
 
 
 def run(command: list[str], folder: Path, env: dict) -> tuple[int, list[str], float]:
@@ -260,7 +308,7 @@ def main() -> None:
         cases = [(f"vepo-trl {' '.join(repr(a) if not a or ' ' in a else a for a in c)}", [sys.executable, "-m",
                   "vepo_trl", *c]) for c in CLI_CASES + table_cases()]  # fmt: skip
         # The API raises: the row shows the exception's own message (its lines), printed by a wrapper exiting 2
-        wrap = "import sys\ntry:\n    {}\nexcept ValueError as e:\n    print(f'{{type(e).__name__}}: {{e}}', file=sys.stderr)\n    sys.exit(2)"
+        wrap = "import sys\ntry:\n    {}\nexcept (ValueError, TypeError) as e:\n    print(f'{{type(e).__name__}}: {{e}}', file=sys.stderr)\n    sys.exit(2)"
         cases += [(f"API: {label}", [sys.executable, "-c", wrap.format(code)]) for label, code in API_CASES]
         for label, command in cases:
             if args.only not in label:
@@ -270,6 +318,11 @@ def main() -> None:
             shown = label.replace(str(REPO) + os.sep, "")
             rows.append((shown, code, len(lines), seconds, traceback, lines[-1] if lines else ""))
             print(f"{code:>3} {len(lines):>3} {seconds:5.1f}s {'TB ' if traceback else ''}{shown}", flush=True)
+    print("\n| kind | cases | exit 2 | one stderr line | tracebacks | accepted (exit 0) |\n|---|---|---|---|---|---|")
+    for kind in sorted({_kind(row[0]) for row in rows}):
+        mine = [row for row in rows if _kind(row[0]) == kind]
+        print(f"| {kind} | {len(mine)} | {sum(r[1] == 2 for r in mine)} | {sum(r[1] == 2 and r[2] == 1 for r in mine)} "
+              f"| {sum(r[4] for r in mine)} | {sum(r[1] == 0 for r in mine)} |")  # fmt: skip
     seconds = sorted(row[3] for row in rows)
     one_line = sum(1 for row in rows if row[1] == 2 and row[2] == 1)
     print(

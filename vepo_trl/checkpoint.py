@@ -23,10 +23,18 @@ from dataclasses import dataclass, field
 import torch
 from safetensors import safe_open
 
-from .errors import UsageError
+from .errors import RunFault, UsageError
 
 
-__all__ = ["CheckpointRestoreError", "RestoreReport", "RestoresCheckpointWeights", "restore_weights", "saved_names"]
+__all__ = [
+    "CheckpointRestoreError",
+    "RestoreReport",
+    "RestoresCheckpointWeights",
+    "SavesWholeCheckpoints",
+    "restore_weights",
+    "saved_names",
+    "save_failure",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -164,3 +172,57 @@ class RestoresCheckpointWeights:
         folder, model = loading
         self.checkpoint_restore = restore_weights(model, folder, list(load_result.missing_keys))
         logger.info(self.checkpoint_restore.line())
+
+
+# What torch, safetensors and the OS say when a write fails part-way (a full disk, a quota, an I/O error)
+_WRITE_FAILURES = ("unexpected pos", "PytorchStreamWriter", "file write failed", "No space left", "StorageFull",
+                   "Disk quota", "IoError", "Input/output error")  # fmt: skip
+
+
+def is_write_failure(error: BaseException) -> bool:
+    return isinstance(error, OSError) or any(text in str(error) for text in _WRITE_FAILURES)
+
+
+def save_failure(what: str, error: BaseException, run_dir: str, removed: bool) -> RunFault:
+    """The one line a failed save ends the run with: what failed and why, what was removed, the last complete
+    checkpoint, and how to go on."""
+    import shutil
+
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = get_last_checkpoint(run_dir) if os.path.isdir(run_dir) else None
+    try:
+        free = f" ({shutil.disk_usage(run_dir).free / 2**20:,.0f} MB free there now)"
+    except OSError:
+        free = ""
+    kept = f"{last} is the last complete checkpoint" if last else "no complete checkpoint is left"
+    cause = " ".join(str(error).split())[:160]
+    return RunFault(
+        f"saving {what} failed ({type(error).__name__}: {cause}){free}; "
+        f"{'the partial files were removed, and ' if removed else ''}{kept}: free some space and rerun the same "
+        "command to go on from it."
+    )
+
+
+class SavesWholeCheckpoints:
+    """Trainer mixin: a checkpoint whose save fails part-way (a disk that fills up, a quota, a write error) is removed,
+    not left half-written, and the run ends with one `RunFault` line naming the last complete checkpoint (torch's
+    own error was a 67-line traceback that left the partial folder for the next resume to trip over)."""
+
+    def _save_checkpoint(self, model, trial):
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+        run_dir = self._get_output_dir(trial=trial)
+        folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        existed = os.path.exists(folder)
+        try:
+            return super()._save_checkpoint(model, trial)
+        except Exception as error:
+            if not is_write_failure(error):
+                raise
+            removed = self.args.should_save and not existed
+            if removed:
+                import shutil
+
+                shutil.rmtree(folder, ignore_errors=True)
+            raise save_failure(folder, error, run_dir, removed) from error

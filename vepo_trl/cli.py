@@ -24,7 +24,7 @@ import warnings
 from importlib import resources
 from pathlib import Path
 
-from .errors import UsageError, fail
+from .errors import RunFault, UsageError, fail, one_line
 
 
 DEMO_RECIPE = "recipes/tiny.yaml"
@@ -138,6 +138,10 @@ def _parse(command: str, argv: list[str]):
         if not Path(argv[index + 1]).is_file():
             _fail(command, f"--config {argv[index + 1]}: no such file.")
         recipe = _read_recipe(command, argv[index + 1])
+        hidden = [key for key in recipe or {} if str(key).startswith(HIDDEN_KEYS)]
+        if hidden:  # YAML anchors kept for `<<:` merges: not options, so TRL's parser never sees them
+            recipe = {key: value for key, value in recipe.items() if key not in hidden}
+            argv = [*argv[:index], "--config", _recipe_copy(recipe), *argv[index + 2 :]]
     else:
         recipe = None
     if any(arg in ("-h", "--help") for arg in argv):
@@ -162,6 +166,21 @@ def _parse(command: str, argv: list[str]):
     if "--help-all" in argv:
         parser.print_help()
         sys.exit(0)
+    options = {action.dest for action in parser._actions}
+    unknown = [key for key in recipe or {} if key not in options and key != "env"]
+    if unknown:
+        anchor = isinstance(recipe[unknown[0]], dict)
+        _fail(
+            command,
+            f"--config: {unknown[0]!r} is not an option of vepo-trl {command}"
+            + (
+                f" (a mapping kept for YAML anchors and `<<:` merges? name it x-{unknown[0]}: keys that start with "
+                "x- or . are skipped)"
+                if anchor
+                else f"; vepo-trl {command} --help-all lists them"
+            )
+            + ".",
+        )
     try:
         with warnings.catch_warnings():
             # TRL's own default (gradient_checkpointing) trips a transformers deprecation warning the user cannot act on
@@ -171,6 +190,25 @@ def _parse(command: str, argv: list[str]):
     except (ValueError, TypeError) as error:
         _fail(command, " ".join(str(error).split()))
     return args
+
+
+# Recipe keys that are not options: holders of YAML anchors (`x-base: &base {...}` then `<<: *base`)
+HIDDEN_KEYS = ("x-", ".")
+
+
+def _recipe_copy(recipe: dict) -> str:
+    """The recipe without its hidden keys, as a file TRL's parser reads (removed when the process ends)."""
+    import atexit
+    import os
+    import tempfile
+
+    import yaml
+
+    handle, path = tempfile.mkstemp(prefix="vepo-recipe-", suffix=".yaml")
+    with os.fdopen(handle, "w") as file:
+        yaml.safe_dump(recipe, file, sort_keys=False)
+    atexit.register(lambda: os.path.exists(path) and os.remove(path))
+    return path
 
 
 def _save_field_rules() -> None:
@@ -342,6 +380,9 @@ def main(argv: list[str] | None = None) -> None:
         COMMANDS[command](argv[1:])
     except UsageError as error:  # the one front door: every command's user errors end here as one line
         fail(f"vepo-trl {'eval' if command == 'evaluate' else command}", error)
+    except RunFault as error:  # the machine failed the run (a full disk while saving): one line, exit status 1
+        print(f"vepo-trl {'eval' if command == 'evaluate' else command}: error: {one_line(error)}", file=sys.stderr)
+        sys.exit(1)
     except KeyboardInterrupt:
         print(
             f"\nvepo-trl {command}: interrupted: {_INTERRUPTED.get(command, 'nothing was written')}.", file=sys.stderr

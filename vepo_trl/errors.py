@@ -16,6 +16,11 @@ class UsageError(ValueError):
     """A mistake in the arguments, files or folders of a run; its message names the problem and the fix."""
 
 
+class RunFault(RuntimeError):
+    """A fault of the machine during a run (a disk that filled up while saving): the CLI prints it as one line and
+    exits with status 1. Its message says what was kept, what was removed and how to go on."""
+
+
 def one_line(message: object) -> str:
     """The message on one line: newlines and runs of spaces collapse, so an error never spans several lines."""
     return " ".join(str(message).split())
@@ -43,6 +48,12 @@ def check_output_folder(flag: str, folder) -> None:
     if folder is None or not str(folder).strip():
         raise UsageError(f"{flag} is empty: give a folder.")
     path = Path(folder).expanduser()
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):  # not made yet, or under a file (said below)
+        pass
+    except OSError as error:  # a name longer than the file system takes, a component that is not a folder, ...
+        raise UsageError(f"{flag} {folder}: not a usable folder name ({error.strerror}).") from None
     if path.is_symlink() and not path.exists():
         raise UsageError(f"{flag} {folder}: a link to {os.readlink(path)}, which does not exist; give a folder.")
     if path.exists() and not path.is_dir():

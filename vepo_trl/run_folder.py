@@ -68,6 +68,7 @@ def hold_folder(folder: str | Path) -> Iterator[None]:
     """Hold `folder` for this run: a second run into it (same machine or a shared file system with flock) is refused in
     one line. The lock goes with the process, so a killed run never leaves the folder locked."""
     folder = Path(folder).expanduser()
+    created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_FILE
     while True:
@@ -99,6 +100,9 @@ def hold_folder(folder: str | Path) -> Iterator[None]:
         with contextlib.suppress(OSError):  # a finished run leaves no lock file behind
             path.unlink()
         handle.close()  # releases the lock
+        if created:  # a run refused before it wrote anything leaves no empty folder behind
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def is_our_card(path: str | Path) -> bool:
@@ -367,10 +371,16 @@ def plan_run(
         # Resuming would train past the end (transformers steps once more) and replace the model: nothing to do
         where, step = done
         length = f"max_steps {max_steps}" if max_steps and max_steps > 0 else f"num_train_epochs {num_train_epochs}"
+        unsaved = (
+            f" Its model was not saved into {folder}/ (the run stopped while saving it): {where}'s weights are the "
+            "model."
+            if not where.startswith("its saved model")
+            else ""
+        )
         return RunPlan(
             message=f"{folder}/ holds this run finished: {where} is at step {step}, and {length} asks for no more. "
             "Nothing was trained or written (a larger --max_steps trains it further, --overwrite_output_dir true "
-            "trains it again from the start).",
+            f"trains it again from the start).{unsaved}",
             finished=True,
         )
     if resume is True:

@@ -35,6 +35,7 @@ from vepo_trl.local_models import (  # noqa: F401  (TINY_MODEL, LAB_MODEL: re-ex
     not_a_vlm,
     resolve_model_name,
 )
+from vepo_trl.preflight import check_first_step_fits, check_lora_targets
 from vepo_trl.rewards import get_reward_funcs
 from vepo_trl.run_folder import (
     check_folder_owner,
@@ -192,6 +193,11 @@ def check_nothing_ignored(script_args, training_args, model_args, given=()) -> N
             "--fp16 true needs a GPU, and this run is on the CPU (use_cpu, or none visible), where it would train in "
             "float32: drop --fp16 (--bf16 runs on the CPU)."
         )
+    if training_args.torch_compile and training_args.device.type == "cpu":
+        raise UsageError(
+            "--torch_compile true on the CPU compiles for minutes before the first step, and Ctrl-C cannot stop it "
+            "while it does; drop it here (it pays off on a GPU)."
+        )
     if _value(training_args.eval_strategy) != "no" and not script_args.eval_dataset_name:
         raise UsageError(
             f"--eval_strategy {_value(training_args.eval_strategy)} evaluates on an evaluation set, and none is "
@@ -293,7 +299,9 @@ def check_arguments(script_args, training_args, model_args, given=()) -> None:
     # Last: the one check that may touch the network (a Hub id not in the cache)
     check_model_name(model_args.model_name_or_path)
     _check_model_family(model_args, training_args)
-    check_lora_targets(model_args)
+    if model_args.use_peft and model_args.model_name_or_path:
+        name = model_args.model_name_or_path
+        check_lora_targets(resolve_model_name(name) if name.startswith("tiny-") else name, model_args)
 
 
 def _check_model_family(model_args, training_args) -> None:
@@ -331,70 +339,6 @@ def _check_model_family(model_args, training_args) -> None:
             f"{blocker(model_type)}, and "
             f"selection_strategy {training_args.selection_strategy!r} perturbs the model's images. Supported families: "
             f"{', '.join(supported_families())}; or --selection_strategy entropy / full."
-        )
-
-
-def check_lora_targets(model_args) -> None:
-    """With --use_peft: the adapter's target modules, matched by peft's own rule against the model's module names
-    built on the meta device from its config.json (no weight loads): none matched, the LM head (VEPO reads its weight),
-    or no targets for a model type peft has no default for, each refused in one line."""
-    import json
-
-    import torch
-    from peft.tuners.tuners_utils import check_target_module_exists
-    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
-    from transformers import AutoConfig
-
-    from vepo_trl.local_models import local_config_file
-
-    if not model_args.use_peft or not model_args.model_name_or_path:
-        return
-    name = model_args.model_name_or_path
-    if name.startswith("tiny-"):
-        name = resolve_model_name(name)
-    path = local_config_file(name, model_args.model_revision)
-    if path is None:
-        return  # a Hub id not cached yet: peft says it when the model loads
-    try:
-        model_type = json.loads(path.read_text()).get("model_type")
-        config = AutoConfig.from_pretrained(path.parent)
-    except Exception:  # unreadable or unknown: transformers says why when it loads
-        return
-    targets = model_args.lora_target_modules
-    saved = model_args.lora_modules_to_save or []
-    if any(module == "lm_head" or str(module).endswith(".lm_head") for module in saved):
-        raise UsageError(
-            "--lora_modules_to_save lm_head: VEPO reads the LM head's weight for its signals, and peft would wrap it; "
-            "leave lm_head out."
-        )
-    if targets is None:
-        if model_type not in TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING:
-            raise UsageError(
-                f"--use_peft on a {model_type!r} model needs --lora_target_modules (peft has no default for it): e.g. "
-                "--lora_target_modules q_proj k_proj v_proj o_proj, or all-linear."
-            )
-        return
-    if targets == "all-linear" or targets == ["all-linear"]:
-        return
-    from peft import LoraConfig
-
-    lora = LoraConfig(target_modules=targets, task_type=model_args.lora_task_type)
-    with torch.device("meta"):
-        model = AutoModelForImageTextToText.from_config(config)
-    matched = [module for module, _ in model.named_modules() if module and check_target_module_exists(lora, module)]
-    if not matched:
-        leaves = sorted({module.rsplit(".", 1)[-1] for module, child in model.named_modules()
-                         if isinstance(child, torch.nn.Linear) and not module.rsplit(".", 1)[-1].isdigit()})  # fmt: skip
-        raise UsageError(
-            f"--lora_target_modules {' '.join(map(str, targets)) if isinstance(targets, list) else targets}: matches "
-            f"no module of this {model_type!r} model; its linear layers are named {', '.join(leaves[:12])}"
-            f"{', ...' if len(leaves) > 12 else ''} (or pass all-linear)."
-        )
-    heads = [module for module in matched if module == "lm_head" or module.endswith(".lm_head")]
-    if heads:
-        raise UsageError(
-            f"--lora_target_modules matches {heads[0]}: VEPO reads the LM head's weight for its signals, and a LoRA "
-            "adapter would wrap it; leave lm_head out of the targets."
         )
 
 
@@ -608,6 +552,8 @@ def _run(script_args, training_args, model_args, *, quiet: bool) -> VEPOTrainer 
         )
 
     model_id = resolve_model_name(model_args.model_name_or_path)
+    # The longest prompt against the model's context, the first step's memory against the machine's
+    check_first_step_fits(model_id, model_args, training_args, train_dataset, image_factor)
     model = load_model(model_id, model_args, training_args, script_args.freeze_vision_tower)
     processor = AutoProcessor.from_pretrained(
         model_id, revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code
@@ -637,8 +583,7 @@ def _run(script_args, training_args, model_args, *, quiet: bool) -> VEPOTrainer 
     if not quiet:
         trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
-    trainer.save_state()
-    trainer.save_model(training_args.output_dir)
+    save_whole(trainer, training_args.output_dir)
     if trainer.accelerator.is_main_process:
         discard_set_aside(output_dir)
 
@@ -648,6 +593,32 @@ def _run(script_args, training_args, model_args, *, quiet: bool) -> VEPOTrainer 
     if training_args.push_to_hub:
         trainer.push_to_hub(**card_kwargs)
     return trainer
+
+
+def save_whole(trainer, output_dir: str) -> None:
+    """The run's state and model into `output_dir`; a write that fails part-way (a full disk) leaves no half-written
+    weight file behind and ends the run with one line naming the last complete checkpoint."""
+    from vepo_trl.checkpoint import is_write_failure, save_failure
+    from vepo_trl.local_models import WEIGHT_FILES
+
+    before = {path: path.stat().st_mtime_ns for path in Path(output_dir).glob("*") if path.is_file()}
+    try:
+        trainer.save_state()
+        trainer.save_model(output_dir)
+    except Exception as error:
+        if not is_write_failure(error):
+            raise
+        written = [
+            path
+            for path in Path(output_dir).glob("*")
+            if path.is_file()
+            and path.name.startswith(tuple(name.split(".")[0] for name in WEIGHT_FILES))
+            and before.get(path) != path.stat().st_mtime_ns
+        ]
+        if trainer.accelerator.is_main_process:
+            for path in written:
+                path.unlink(missing_ok=True)
+        raise save_failure(f"the model into {output_dir}", error, output_dir, bool(written)) from error
 
 
 def make_parser() -> TrlParser:

@@ -34,7 +34,7 @@ from .batch import (
     mark_per_row_pixels,
     row_images,
 )
-from .checkpoint import RestoresCheckpointWeights
+from .checkpoint import RestoresCheckpointWeights, SavesWholeCheckpoints
 from .config import VEPOConfig
 from .families import check_family_inputs, family_of
 from .local_models import resolve_model_name
@@ -58,7 +58,9 @@ _TRL_FORWARD_KEYWORDS = frozenset(_TRL_FORWARD_SIGNATURE.parameters)
 _PROCESSOR_ONLY_KEYS = ("batch_num_images", "labels")
 
 
-class VEPOTrainer(RestoresCheckpointWeights, UnexpandedVLLMPrompts, UnpaddedPromptIds, GRPOTrainer):
+class VEPOTrainer(
+    SavesWholeCheckpoints, RestoresCheckpointWeights, UnexpandedVLLMPrompts, UnpaddedPromptIds, GRPOTrainer
+):
     """GRPO with VEPO's vision-entropy token selection ([`VEPOConfig`] holds the VEPO settings).
 
     Drop-in for [`~trl.GRPOTrainer`]: same arguments, same data format (conversational prompts with an `image` or

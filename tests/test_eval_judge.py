@@ -39,6 +39,8 @@ class FakeOpenAI:
                 if action == "sleep":
                     time.sleep(1.5)
                     action = server.default
+                if action == "garbage":  # an HTTP 200 whose body is not JSON (a proxy's error page)
+                    return self._send_raw(200, b"<html>upstream error</html>")
                 prompt = body["messages"][0]["content"]
                 if server.respond is not None and action == server.default:
                     action = server.respond(prompt)
@@ -56,7 +58,9 @@ class FakeOpenAI:
                 })  # fmt: skip
 
             def _send(self, status, payload):
-                data = json.dumps(payload).encode()
+                self._send_raw(status, json.dumps(payload).encode())
+
+            def _send_raw(self, status, data):
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
@@ -150,3 +154,15 @@ def test_an_empty_reply_is_asked_again_then_is_a_judge_error_not_a_wrong_answer(
     verdict = make_judge(server, key, max_retries=0).grade(question="q", gold="6", response="\\boxed{6}")
     assert verdict.correct is None and verdict.error == f"empty reply ({EMPTY_REPLY_ATTEMPTS} attempts)"
     assert len(server.requests) == EMPTY_REPLY_ATTEMPTS == 8
+
+
+def test_a_reply_that_is_not_json_is_a_judge_error_on_the_row_not_the_end_of_the_run(server, key):
+    # (j07) a judge that passed the start-up check then replied with something that is not JSON: JSONDecodeError,
+    # 81 lines, and the generated completions were lost
+    judge = make_judge(server, key, max_retries=0)
+    assert judge.check_reachable() is None
+    server.script = ["garbage"]
+    verdict = judge.grade(question="Which angle?", gold="B. 60°", response="\\boxed{B}")
+    assert verdict.correct is None and "unreadable reply" in verdict.error, verdict
+    # The next call is answered again: the row after it is graded
+    assert make_judge(server, key).grade(question="Which angle?", gold="B", response="\\boxed{B}").correct is True

@@ -380,3 +380,69 @@ def test_a_recipe_with_yaml_anchors_trains_and_an_unknown_key_is_named(tmp_path,
     recipe.write_text(head.replace("x-base", "base") + Path(TINY_RECIPE).read_text().replace("max_steps: 60", ""))
     code, out, err = run_cli(["train", "--config", str(recipe), "--output_dir", str(tmp_path / "o")], capsys)
     one_line(code, err, "'base' is not an option", "name it x-base")
+
+
+def long_prompt_data(folder: Path, characters: int) -> Path:
+    from PIL import Image
+
+    folder.mkdir(exist_ok=True)
+    Image.new("RGB", (56, 56), "red").save(folder / "a.png")
+    rows = [{"problem": "<image>How many? " + "many words " * (characters // 11), "images": ["a.png"], "answer": "3"},
+            {"problem": "<image>How many?", "images": ["a.png"], "answer": "3"}]  # fmt: skip
+    (folder / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows * 4))
+    return folder / "rows.jsonl"
+
+
+def test_a_prompt_longer_than_the_context_is_refused_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    # (d31) a 39,000-character prompt allocated 29 GB at step 0 and died two minutes later (TRL does not truncate)
+    from vepo_trl.local_models import resolve_model_name
+
+    monkeypatch.setattr(train_module, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    data = long_prompt_data(tmp_path / "data", 39_000)
+    resolve_model_name("tiny-qwen2.5-vl")
+    capsys.readouterr()
+    code, out, err = run_cli(["train", "--config", TINY_RECIPE, "--dataset_name", str(data),
+                              "--output_dir", str(tmp_path / "o")], capsys)  # fmt: skip
+    one_line(code, err, "row 0's prompt is at least", "exceeds the model's context of 4,096")
+
+
+def test_a_first_step_that_plainly_cannot_fit_is_refused(tmp_path, capsys, monkeypatch):
+    import vepo_trl.preflight as preflight
+
+    monkeypatch.setattr(train_module, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    monkeypatch.setattr(preflight, "_available_memory", lambda args: (64 * 2**20, "a 64 MiB machine"))
+    data = long_prompt_data(tmp_path / "data", 2_000)
+    code, out, err = run_cli(["train", "--config", TINY_RECIPE, "--dataset_name", str(data),
+                              "--output_dir", str(tmp_path / "o"), "--attn_implementation", "eager"], capsys)  # fmt: skip
+    one_line(code, err, "the first step needs at least", "a 64 MiB machine has 0.1 GiB")
+    # The same data fits the real machine: through every check, to the model
+    monkeypatch.undo()
+    monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(train_module, "load_model", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    code, out, err = run_cli(["train", "--config", TINY_RECIPE, "--dataset_name", str(data),
+                              "--output_dir", str(tmp_path / "o2")], capsys)  # fmt: skip
+    assert code == 130 and "interrupted" in err, err
+
+
+def test_the_summary_names_the_tiny_model_not_its_cache_path(tmp_path, capsys):
+    code, out, err = run_cli(["demo", "--model_family", "qwen3-vl", "--max_steps", "1", "--synthetic_rows", "8",
+                              "--output_dir", str(tmp_path / "o")], capsys)  # fmt: skip
+    summary = (tmp_path / "o" / "summary.md").read_text()
+    assert code == 0 and "the tiny random qwen3-vl model `tiny-qwen3-vl`" in summary, summary[:300]
+    assert "vepo-cache" not in summary.splitlines()[2]
+
+
+def test_inspect_never_replaces_an_earlier_page_it_was_not_asked_to(tmp_path, capsys, monkeypatch):
+    from vepo_trl.insight.inspect_command import _unused_page_name
+
+    monkeypatch.chdir(tmp_path)
+    assert str(_unused_page_name()) == "vepo-inspect.html"
+    (tmp_path / "vepo-inspect.html").write_text("an earlier page")
+    (tmp_path / "vepo-inspect-2.html").write_text("another")
+    assert str(_unused_page_name()) == "vepo-inspect-3.html"
+
+
+def test_a_one_seed_lab_table_says_it_has_no_interval():
+    from vepo_trl.lab.results import _interval
+
+    assert _interval(float("nan"), float("nan")) == "n/a (one seed)" and _interval(0.5, 0.75) == "[50.0, 75.0]"

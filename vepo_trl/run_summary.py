@@ -109,10 +109,14 @@ def run_summary(trainer, seconds: float, command: str = "demo") -> str:
     def series(name):
         return [entry[name] for entry in steps if name in entry]
 
+    import re
+
     model_name = str(getattr(trainer.model.config, "_name_or_path", "") or "the model")
-    tiny = "tiny-qwen2.5-vl" in model_name
+    # A built-in tiny model is cached as `<cache>/tiny-<family>-seed<N>`: named by its family, not by the cache path
+    built_in = re.search(r"tiny-(.+)-seed\d+/?$", model_name)
+    tiny = built_in is not None
     if tiny:
-        model_name = "the tiny random Qwen2.5-VL"
+        model_name = f"the tiny random {built_in.group(1)} model `tiny-{built_in.group(1)}`"
     elif "lab-warm-start" in model_name:
         model_name = "the lab's warm start, a small Qwen2.5-VL supervised-fine-tuned on the lab's colour task"
     parameters = sum(p.numel() for p in trainer.model.parameters())

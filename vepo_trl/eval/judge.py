@@ -123,6 +123,8 @@ class LLMJudge:
                 raise JudgeCallError(f"HTTP {err.status_code}") from None
             except openai.APIConnectionError as err:
                 raise JudgeCallError(f"connection error: {type(err).__name__}") from None
+            except (ValueError, openai.APIResponseValidationError) as err:  # a body that is not the API's JSON
+                raise JudgeCallError(f"unreadable reply: {type(err).__name__}") from None
             text = ((reply.choices[0].message.content if reply.choices else "") or "").strip()
             if text:
                 return text

@@ -66,7 +66,12 @@ def inspect_parser() -> argparse.ArgumentParser:
     rewards.add_argument("--reward_funcs", nargs="+", default=["accuracy", "format"])
     rewards.add_argument("--reward_weights", nargs="+", type=float, default=[0.9, 0.1])
     output = parser.add_argument_group("output")
-    output.add_argument("--output", default="vepo-inspect.html", help="The HTML page to write.")
+    output.add_argument(
+        "--output",
+        default=None,
+        help=f"The HTML page to write (default: {DEFAULT_PAGE}, or {DEFAULT_PAGE.replace('.html', '-2.html')}, ... "
+        "when an earlier page has that name: a page is replaced only when named).",
+    )
     output.add_argument("--save_records", help="Also save the selection records (JSON Lines) here.")
     output.add_argument("--title", default=None)
     return parser
@@ -106,11 +111,22 @@ def _inspect_source(args: argparse.Namespace) -> str:
     return source
 
 
+DEFAULT_PAGE = "vepo-inspect.html"
+
+
+def _unused_page_name() -> Path:
+    """The default page's name, numbered past the pages earlier runs left (never replaced unless named)."""
+    path, number = Path(DEFAULT_PAGE), 2
+    while path.exists():
+        path, number = Path(DEFAULT_PAGE.replace(".html", f"-{number}.html")), number + 1
+    return path
+
+
 def _write_outputs(args, records, settings_rows) -> None:
     from .page import write_page
     from .records import save_records
 
-    output = Path(args.output)
+    output = Path(args.output) if args.output is not None else _unused_page_name()
     if output.suffix.lower() not in (".html", ".htm"):
         output = output.with_suffix(".html")
     write_page(output, records, title=args.title or "VEPO token selection", settings=settings_rows)
@@ -151,7 +167,7 @@ def inspect_main(argv: list[str]) -> None:
         settings = _settings(args, recipe)
         _check_generation(args)
         _check_rewards(args)
-        check_output_folder("--output", Path(args.output).expanduser().parent or ".")
+        check_output_folder("--output", Path(args.output or DEFAULT_PAGE).expanduser().parent or ".")
         if args.greedy and args.response:
             raise UsageError("--greedy samples a response; --response gives them: choose one")
         bounds = _pixel_bounds(args, recipe)

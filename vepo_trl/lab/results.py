@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -168,6 +169,11 @@ def _pct(mean_std) -> str:
     return f"{100 * mean:.1f} ± {100 * std:.1f}"
 
 
+def _interval(low: float, high: float) -> str:
+    """A 95% interval in points; with one seed there is none to give (not `[nan, nan]`)."""
+    return "n/a (one seed)" if math.isnan(low) or math.isnan(high) else f"[{100 * low:.1f}, {100 * high:.1f}]"
+
+
 def markdown_table(base: dict, summary: dict) -> str:
     """Accuracy per rule (mean ± sd over seeds, its 95% interval, per seed), gain, selection and compute."""
     lines = [
@@ -182,7 +188,7 @@ def markdown_table(base: dict, summary: dict) -> str:
         lr = s.get("learning_rate")
         lines.append(
             f"| {name} | {'' if lr is None else f'{lr:g}'} | {_pct(s['accuracy_after_mean_std'])} | "
-            f"[{100 * low:.1f}, {100 * high:.1f}] | {', '.join(f'{100 * a:.0f}' for a in s['accuracy_after'])} | "
+            f"{_interval(low, high)} | {', '.join(f'{100 * a:.0f}' for a in s['accuracy_after'])} | "
             f"{100 * s['gain_mean_std'][0]:+.1f} ± {100 * s['gain_mean_std'][1]:.1f}"
             + f" | {100 * sel.get('decision_tokens_selected', float('nan')):.0f}%"
             + f" | {100 * sel.get('selected_that_are_decision', float('nan')):.0f}%"

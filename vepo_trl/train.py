@@ -69,8 +69,9 @@ class VEPOScriptArguments(ScriptArguments):
         default="paper_mix",
         metadata={
             "help": "Training data: geometry3k, k12, mmk12, paper_mix (Geometry3K train + K12 mini_train, ~4.2K), "
-            "synthetic, a Hub id of one of these, or a local JSON/JSONL/parquet file or image folder with "
-            "problem/answer/images columns."
+            "synthetic, lab, a Hub id of one of these, or a local JSON / JSONL / CSV / TSV (each also compressed) or "
+            "parquet file, save_to_disk folder or image folder with problem (or question / query / prompt, plain text "
+            "or TRL's conversational prompt), answer and images columns."
         },
     )
     eval_dataset_name: str | None = field(

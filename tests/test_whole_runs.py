@@ -291,6 +291,20 @@ def write_rows(folder: Path, kind: str) -> Path:
         row = {"prompt": question, "images": ["a.png"], "answer": "red"}
     text = "".join(json.dumps(row) + "\n" for _ in range(8))
     path = folder / kind
+    if kind in ("rows.parquet", "saved", "imagefolder"):  # TRL's `prompt` column, as plain text, in each layout
+        import datasets
+
+        image = {"bytes": (folder / "a.png").read_bytes(), "path": None}
+        table = datasets.Dataset.from_list([{**row, "images": [image]}] * 8)
+        if kind == "rows.parquet":
+            table.to_parquet(str(path))
+        elif kind == "saved":
+            table.save_to_disk(str(path))
+        else:
+            path.mkdir()
+            (path / "a.png").write_bytes(image["bytes"])
+            (path / "metadata.csv").write_text("file_name,prompt,answer\n" + f"a.png,{question},red\n" * 8)
+        return path
     if kind.endswith(".gz"):
         with gzip.open(path, "wt") as handle:
             handle.write(text)
@@ -304,7 +318,19 @@ def write_rows(folder: Path, kind: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("kind", ["trl.jsonl", "plain_prompt.jsonl", "rows.jsonl.gz", "rows.csv", "rows.tsv"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "trl.jsonl",
+        "plain_prompt.jsonl",
+        "rows.jsonl.gz",
+        "rows.csv",
+        "rows.tsv",
+        "rows.parquet",
+        "saved",
+        "imagefolder",
+    ],
+)
 def test_data_files_users_already_have_load_with_the_image_where_it_stood(tmp_path, kind):
     from vepo_trl.data import load_vepo_dataset
 
@@ -446,3 +472,16 @@ def test_a_one_seed_lab_table_says_it_has_no_interval():
     from vepo_trl.lab.results import _interval
 
     assert _interval(float("nan"), float("nan")) == "n/a (one seed)" and _interval(0.5, 0.75) == "[50.0, 75.0]"
+
+
+def test_a_non_ascii_output_folder_under_an_ascii_locale(tmp_path):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "VEPO_TRL_CACHE": str(tmp_path / "cache")}
+    env.pop("PYTHONUTF8", None)
+    folder = tmp_path / "rün-ö"
+    result = subprocess.run([sys.executable, "-m", "vepo_trl", "demo", "--max_steps", "1", "--synthetic_rows", "8",
+                             "--output_dir", str(folder)], capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert (folder / "model.safetensors").is_file() and (folder / "summary.md").is_file()

@@ -485,3 +485,12 @@ def test_a_non_ascii_output_folder_under_an_ascii_locale(tmp_path):
                              "--output_dir", str(folder)], capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert (folder / "model.safetensors").is_file() and (folder / "summary.md").is_file()
+
+
+def test_the_first_run_on_a_fresh_cache_still_fails_in_one_line(tmp_path, capsys, monkeypatch):
+    # bad_inputs' first case built the tiny model and printed its "Writing model shards" bar: 3 stderr lines
+    monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path / "fresh-cache"))
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"problem": "<image>x", "answer": "3", "images": ["gone.png"]}))
+    code, out, err = run_cli(["train", "--config", TINY_RECIPE, "--dataset_name", str(tmp_path / "rows.jsonl"),
+                              "--output_dir", str(tmp_path / "o")], capsys)  # fmt: skip
+    one_line(code, err, "unreadable image")

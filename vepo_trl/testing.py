@@ -331,15 +331,26 @@ def _build_qwen_family(family: str, config: TinyModelConfig):
     image_processor = Qwen2VLImageProcessor(
         min_pixels=(2 * patch) ** 2, max_pixels=(8 * 2 * patch) ** 2, patch_size=patch, **stats
     )
+    # The shared dimensions, or wider ones given as `hidden_size` / `intermediate_size` (vLLM-CPU's attention needs a
+    # head_dim of 32 or more); M-RoPE's sections scale with the head
+    hidden = config.hidden_size if config.hidden_size != TinyModelConfig.hidden_size else _TEXT["hidden_size"]
+    head_dim = hidden // _TEXT["num_attention_heads"]
+    unit = head_dim // 16
     text = {
         **_TEXT,
+        "hidden_size": hidden,
+        "intermediate_size": max(_TEXT["intermediate_size"], config.intermediate_size),
         "vocab_size": len(tokenizer),
         "max_position_embeddings": 4096,
         "bos_token_id": ids["<|endoftext|>"],
         "eos_token_id": ids["<|im_end|>"],
         "pad_token_id": ids["<|endoftext|>"],
         "tie_word_embeddings": False,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]},
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 1e6,
+            "mrope_section": [2 * unit, 3 * unit, 3 * unit],
+        },
     }
     common = {
         "image_token_id": ids["<|image_pad|>"],
@@ -349,7 +360,7 @@ def _build_qwen_family(family: str, config: TinyModelConfig):
         "tie_word_embeddings": False,
     }
     if family == "qwen2-vl":
-        vision = {"depth": 2, "embed_dim": 32, "hidden_size": 64, "num_heads": 2, "mlp_ratio": 2}
+        vision = {"depth": 2, "embed_dim": 32, "hidden_size": hidden, "num_heads": 2, "mlp_ratio": 2}
         model_config = transformers.Qwen2VLConfig(text_config=text, vision_config=vision, **common)
         model_class = transformers.Qwen2VLForConditionalGeneration
         processor = transformers.Qwen2VLProcessor(
@@ -359,26 +370,31 @@ def _build_qwen_family(family: str, config: TinyModelConfig):
             chat_template=template,
         )
     else:
-        text.update(head_dim=16)
+        text.update(head_dim=head_dim)
         text["rope_parameters"] = {**text["rope_parameters"], "rope_theta": 5e6, "mrope_interleaved": True}
         vision = {
             "depth": 2,
             "hidden_size": 32,
             "intermediate_size": 64,
             "num_heads": 2,
-            "out_hidden_size": 64,
+            "out_hidden_size": hidden,
             "patch_size": 16,
             "num_position_embeddings": 64,
             "deepstack_visual_indexes": [0],
         }
         if family.startswith("qwen3.5"):
-            # Gated DeltaNet (linear attention) then full attention, as the real model alternates them (3:1 there)
+            if head_dim >= 32:
+                # Qwen3.5 rotates a quarter of each head (partial_rotary_factor 0.25): M-RoPE's sections add up to
+                # head_dim / 8 (the real [11, 11, 10] of 256), which vLLM checks
+                text["rope_parameters"]["mrope_section"] = [2 * unit // 2, unit // 2, unit // 2]
+            # Gated DeltaNet (linear attention) then full attention, as the real model alternates them (3:1 there); at
+            # vLLM-CPU's widths its heads are the real 128 (its CPU kernel takes no other)
             text.update(
                 layer_types=["linear_attention", "full_attention"],
                 linear_num_key_heads=2,
                 linear_num_value_heads=4,
-                linear_key_head_dim=16,
-                linear_value_head_dim=16,
+                linear_key_head_dim=16 if head_dim < 32 else 128,
+                linear_value_head_dim=16 if head_dim < 32 else 128,
             )
             vision.pop("deepstack_visual_indexes")
             if family == "qwen3.5-moe":
@@ -391,7 +407,10 @@ def _build_qwen_family(family: str, config: TinyModelConfig):
                 model_config = transformers.Qwen3_5Config(text_config=text, vision_config=vision, **common)
                 model_class = transformers.Qwen3_5ForConditionalGeneration
         elif family == "qwen3-vl-moe":
-            text.update(moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1)
+            # norm_topk_prob as the real checkpoints' config.json carries it (vLLM reads it; transformers 5 no longer
+            # declares it)
+            text.update(moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1,
+                        norm_topk_prob=True)  # fmt: skip
             model_config = transformers.Qwen3VLMoeConfig(text_config=text, vision_config=vision, **common)
             model_class = transformers.Qwen3VLMoeForConditionalGeneration
         else:

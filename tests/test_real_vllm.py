@@ -45,14 +45,19 @@ VLLM_SIZES = {"hidden_size": 128, "intermediate_size": 256}
 def engine_memory(monkeypatch):
     """vLLM-CPU sizes its KV cache as a fraction of the host's memory by default (TRL's 0.3, eval's 0.92) and refuses
     to start when that much is not free: 1 GiB is plenty for the tiny models. Each test's engine is freed after it."""
-    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
-    yield
-    # The engine's process groups go too: the next test's engine sets up its own (a MoE model's expert-parallel group
-    # is only made when the first engine of a process is a MoE one)
+    from accelerate.state import AcceleratorState
     from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
+    environ = dict(os.environ)  # TRL's colocate mode sets RANK / WORLD_SIZE / MASTER_PORT for vLLM
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    yield
+    # The engine's process groups go too, and accelerate's state that saw them: the next test starts as a fresh
+    # process would (a MoE model's expert-parallel group is only made when a process's first engine is a MoE one)
     gc.collect()
     cleanup_dist_env_and_memory()
+    AcceleratorState._reset_state(reset_partial_state=True)
+    os.environ.clear()
+    os.environ.update(environ)
 
 
 @pytest.fixture(scope="module")

@@ -171,3 +171,27 @@ def test_partial_results_stay_out_of_the_card(tiny_model_dir, tmp_path, capsys):
     cli_main(argv)
     assert not (model / "README.md").exists()
     assert "no complete benchmark result" in capsys.readouterr().out
+
+
+def test_results_written_into_a_trl_card_keep_everything_else(tmp_path):
+    """A card as TRL writes it (`model_name:` among its metadata, a body of prose): writing results twice keeps every
+    metadata line in its place, `model_name` included (huggingface_hub folds it into `model-index` and drops the
+    line), the body byte for byte, and one result per data set and metric."""
+    from huggingface_hub import ModelCard
+
+    from vepo_trl.eval.card import write_model_index
+
+    body = "\n# Model Card for vepo-7b\n\nTrained with [TRL](https://github.com/huggingface/trl).\n"
+    header = ["base_model: Qwen/Qwen2.5-VL-7B-Instruct", "library_name: transformers", "model_name: vepo-7b",
+              "tags:", "- trl", "- vepo", "licence: license"]  # fmt: skip
+    (tmp_path / "README.md").write_text("---\n" + "\n".join(header) + "\n---\n" + body)
+    summary = {"grading": {"protocol": "rule"}, "benchmarks": {"geometry3k": {"complete": True, "accuracy": 0.5}}}
+    for _ in range(2):
+        write_model_index(tmp_path, summary, "another-name")
+    text = (tmp_path / "README.md").read_text()
+    lines = text.split("---\n")[1].splitlines()
+    assert lines[: len(header)] == header and lines[len(header)] == "model-index:"
+    assert "- name: vepo-7b" in lines  # the card's own name, not the argument
+    assert text.endswith("---\n" + body)
+    card = ModelCard(text)
+    assert card.data.model_name == "vepo-7b" and len(card.data.eval_results) == 1

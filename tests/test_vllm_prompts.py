@@ -196,7 +196,8 @@ def test_vllms_cpu_build_is_taken_as_vllm(monkeypatch):
     )
     assert installed_vllm_version() == "0.30.0"
     check_vllm_version()
-    monkeypatch.setattr(importlib.metadata, "packages_distributions", real_distributions)  # no distribution at all
+    no_vllm = {name: dists for name, dists in real_distributions().items() if name != "vllm"}
+    monkeypatch.setattr(importlib.metadata, "packages_distributions", lambda: no_vllm)  # no distribution at all
     with pytest.raises(UsageError, match="use_vllm needs vLLM"):
         check_vllm_version()
 

@@ -108,7 +108,9 @@ def test_vepo_trains_on_vllm(vllm_server, tiny_model_dir, visual_dataset, tmp_pa
         assert torch.equal(inputs[SELECTION_KEY], expected)
 
     if mode == "colocate" and correction:  # sleep mode: level 2 drops the weights; TRL pushes them again each time
-        rollout_calls = [("wake_up", ("weights",)), ("reset_prefix_cache", None), ("wake_up", ("kv_cache",))]
+        # After each sync the prefix cache, then the encoder cache (trl#7198: TRL resets only the first)
+        rollout_calls = [("wake_up", ("weights",)), ("reset_prefix_cache", None), ("reset_encoder_cache", None)]
+        rollout_calls += [("wake_up", ("kv_cache",))]
         rollout_calls += [("generate", 4), ("sleep", 2)]
         assert llm.calls == [("sleep", 2)] + rollout_calls * len(rollouts)
     if mode == "server":

@@ -407,10 +407,9 @@ def _build_qwen_family(family: str, config: TinyModelConfig):
                 model_config = transformers.Qwen3_5Config(text_config=text, vision_config=vision, **common)
                 model_class = transformers.Qwen3_5ForConditionalGeneration
         elif family == "qwen3-vl-moe":
-            # norm_topk_prob as the real checkpoints' config.json carries it (vLLM reads it; transformers 5 no longer
-            # declares it)
-            text.update(moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1,
-                        norm_topk_prob=True)  # fmt: skip
+            text.update(moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1)
+            if head_dim >= 32:  # for vLLM, which reads it (real checkpoints carry it; transformers 5 declares none)
+                text.update(norm_topk_prob=True)
             model_config = transformers.Qwen3VLMoeConfig(text_config=text, vision_config=vision, **common)
             model_class = transformers.Qwen3VLMoeForConditionalGeneration
         else:

@@ -16,7 +16,6 @@ Every process enters every collective whatever its batch holds (see `perturbed_p
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
 import os
@@ -48,13 +47,7 @@ from .scoring import TOKEN_COUNT_NORMALISED_LOSSES, get_strategy
 from .selection_pipeline import COUNT_SCALE_KEY, SELECTION_KEY, SelectionPipeline, SelectionSamplesFile
 from .sharding import maybe_align_vision_tower, maybe_unshard_fused_head
 from .trainer_inputs import check_text_only, checked_model, named_rewards_resolved
-from .vllm_prompts import (
-    UnexpandedVLLMPrompts,
-    check_vllm_version,
-    fresh_image_features_after_sync,
-    images_only_engine,
-    vllm_dtype_warning,
-)
+from .vllm_prompts import UnexpandedVLLMPrompts, check_vllm_version, guard_vllm_rollouts, images_only_engine
 
 
 __all__ = ["COUNT_SCALE_KEY", "SELECTION_KEY", "VEPOTrainer"]
@@ -111,16 +104,9 @@ class VEPOTrainer(
         check_text_only(model, args.selection_strategy, train_dataset, kwargs.get("processing_class"))
         # Read by the `top_entropy_quantile` property while GRPOTrainer.__init__ runs
         self._token_weights = None
-        colocated = args.use_vllm and args.vllm_mode == "colocate"
-        with images_only_engine() if colocated else contextlib.nullcontext():
+        with images_only_engine(args):
             super().__init__(model, reward_funcs, args, *pos_args, **kwargs)
-        if args.use_vllm:
-            fresh_image_features_after_sync(self.vllm_generation)  # trl#7198
-        if colocated:
-            if (
-                warning := vllm_dtype_warning(self.vllm_generation, self.model, args)
-            ) and self.accelerator.is_main_process:
-                logger.warning(warning)
+        guard_vllm_rollouts(self)  # stale image features after a sync (trl#7198), a dtype vLLM picked
         self.selection = get_strategy(args.selection_strategy)
         check_family_inputs(
             getattr(self.model, "config", None),

@@ -25,6 +25,7 @@ __all__ = [
     "UnexpandedVLLMPrompts",
     "check_vllm_version",
     "fresh_image_features_after_sync",
+    "guard_vllm_rollouts",
     "images_only_engine",
     "installed_vllm_version",
     "trl_vllm_range",
@@ -179,7 +180,16 @@ def fresh_image_features_after_sync(generation) -> bool:
         return False
     if getattr(generation, "mode", None) == "colocate":
         engine = getattr(getattr(generation, "llm", None), "llm_engine", None)
-        if engine is None or not hasattr(engine, "reset_encoder_cache"):
+        if engine is None:
+            return False
+        if not hasattr(engine, "reset_encoder_cache"):
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "this vLLM cannot clear its encoder cache: an image seen again after a weight sync is sampled from "
+                "the vision tower's old features (huggingface/trl#7198); a vLLM in TRL's range that has "
+                "LLMEngine.reset_encoder_cache avoids it"
+            )
             return False
         reset = engine.reset_encoder_cache
     elif getattr(generation, "vllm_client", None) is not None:  # server mode, the main process
@@ -244,13 +254,30 @@ def vllm_dtype_warning(generation, model, args) -> str | None:
     )
 
 
+def guard_vllm_rollouts(trainer) -> None:
+    """After `GRPOTrainer.__init__` built TRL's vLLM generation: the encoder cache cleared after each weight sync, and
+    in colocate mode one warning line when vLLM samples in another dtype than the policy computes in."""
+    import logging
+
+    args = trainer.args
+    if not args.use_vllm:
+        return
+    fresh_image_features_after_sync(trainer.vllm_generation)
+    if args.vllm_mode == "colocate" and trainer.accelerator.is_main_process:
+        if warning := vllm_dtype_warning(trainer.vllm_generation, trainer.model, args):
+            logging.getLogger(__name__).warning(warning)
+
+
 @contextlib.contextmanager
-def images_only_engine() -> Iterator[None]:
+def images_only_engine(args=None) -> Iterator[None]:
     """While the block runs (TRL building its colocated `LLM`), the engine is told that prompts carry no videos
     (`limit_mm_per_prompt={"video": 0}`, unless TRL sets the limits itself): VEPO trains on images. vLLM <= 0.31
     otherwise profiles a dummy video at start-up by calling Qwen3-VL's / Qwen3.5's processor with video
     placeholders and no videos, which transformers >= 5.18 refuses ("Found 1 <|video_pad|> tokens in the text but no
     videos were passed"), and the engine never starts."""
+    if args is not None and not (args.use_vllm and args.vllm_mode == "colocate"):
+        yield
+        return
     from trl.generation import vllm_generation
 
     original = getattr(vllm_generation, "LLM", None)

@@ -77,6 +77,7 @@ class LLM:
         self.llm_engine = SimpleNamespace(
             model_config=model_config,
             model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=runner)),
+            reset_encoder_cache=lambda: self.calls.append(("reset_encoder_cache", None)),
         )
         LLM.instances.append(self)
 

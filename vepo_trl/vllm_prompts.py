@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 from collections.abc import Iterator
 
 from .utils import instance_override
 
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "UnexpandedVLLMPrompts",
@@ -179,13 +182,11 @@ def fresh_image_features_after_sync(generation) -> bool:
     if trl_resets_encoder_cache():
         return False
     if getattr(generation, "mode", None) == "colocate":
-        engine = getattr(getattr(generation, "llm", None), "llm_engine", None)
+        engine = _colocated_engine(generation)
         if engine is None:
             return False
         if not hasattr(engine, "reset_encoder_cache"):
-            import logging
-
-            logging.getLogger(__name__).warning(
+            logger.warning(
                 "this vLLM cannot clear its encoder cache: an image seen again after a weight sync is sampled from "
                 "the vision tower's old features (huggingface/trl#7198); a vLLM in TRL's range that has "
                 "LLMEngine.reset_encoder_cache avoids it"
@@ -210,8 +211,6 @@ def fresh_image_features_after_sync(generation) -> bool:
 def _server_encoder_cache_reset(client):
     """POST the server's `/reset_encoder_cache`; a server without the route (not in dev mode) is named once in a
     warning, and not asked again."""
-    import logging
-
     missing = []
 
     def reset():
@@ -220,7 +219,7 @@ def _server_encoder_cache_reset(client):
         response = client.session.post(f"{client.base_url}/reset_encoder_cache")
         if response.status_code == 404:
             missing.append(True)
-            logging.getLogger(__name__).warning(
+            logger.warning(
                 "the vLLM server has no /reset_encoder_cache (start it with `trl vllm-serve`, or `vllm serve` with "
                 "VLLM_SERVER_DEV_MODE=1): an image seen again after a weight sync is sampled from the vision "
                 "tower's old features (huggingface/trl#7198)"
@@ -237,8 +236,7 @@ def vllm_dtype_warning(generation, model, args) -> str | None:
     a gap nobody asked for. None when they agree, or when the training runs under that dtype's autocast."""
     import torch
 
-    engine = getattr(getattr(generation, "llm", None), "llm_engine", None)
-    sampled = getattr(getattr(engine, "model_config", None), "dtype", None)
+    sampled = getattr(getattr(_colocated_engine(generation), "model_config", None), "dtype", None)
     trained = getattr(model, "dtype", None)
     if not isinstance(sampled, torch.dtype) or not isinstance(trained, torch.dtype) or sampled == trained:
         return None
@@ -257,25 +255,28 @@ def vllm_dtype_warning(generation, model, args) -> str | None:
 def guard_vllm_rollouts(trainer) -> None:
     """After `GRPOTrainer.__init__` built TRL's vLLM generation: the encoder cache cleared after each weight sync, and
     in colocate mode one warning line when vLLM samples in another dtype than the policy computes in."""
-    import logging
-
     args = trainer.args
     if not args.use_vllm:
         return
     fresh_image_features_after_sync(trainer.vllm_generation)
     if args.vllm_mode == "colocate" and trainer.accelerator.is_main_process:
         if warning := vllm_dtype_warning(trainer.vllm_generation, trainer.model, args):
-            logging.getLogger(__name__).warning(warning)
+            logger.warning(warning)
+
+
+def _colocated_engine(generation):
+    """The colocated `LLM`'s engine (None in server mode, or before TRL built one)."""
+    return getattr(getattr(generation, "llm", None), "llm_engine", None)
 
 
 @contextlib.contextmanager
-def images_only_engine(args=None) -> Iterator[None]:
+def images_only_engine(args) -> Iterator[None]:
     """While the block runs (TRL building its colocated `LLM`), the engine is told that prompts carry no videos
     (`limit_mm_per_prompt={"video": 0}`, unless TRL sets the limits itself): VEPO trains on images. vLLM <= 0.31
     otherwise profiles a dummy video at start-up by calling Qwen3-VL's / Qwen3.5's processor with video
     placeholders and no videos, which transformers >= 5.18 refuses ("Found 1 <|video_pad|> tokens in the text but no
     videos were passed"), and the engine never starts."""
-    if args is not None and not (args.use_vllm and args.vllm_mode == "colocate"):
+    if not (args.use_vllm and args.vllm_mode == "colocate"):
         yield
         return
     from trl.generation import vllm_generation

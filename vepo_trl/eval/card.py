@@ -10,11 +10,8 @@ is left out (and said so), never reported as the benchmark's score. Each result 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from .benchmarks import BENCHMARKS
 
@@ -61,14 +58,14 @@ def write_model_index(folder: Path, summary: dict[str, Any], model_name: str) ->
     sets or other metrics already there are kept; one of the same data set and metric is replaced). Returns the card
     path and the benchmarks left out, or None when there is nothing complete to write."""
     from huggingface_hub import ModelCard, ModelCardData
+    from huggingface_hub.repocard import metadata_load
 
     results, left_out = eval_results(summary)
     if not results:
         return None
     path = folder / "README.md"
-    text = path.read_text() if path.is_file() else f"---\n---\n\n# {model_name}\n"
-    before = _metadata(text)
-    card = ModelCard(text)
+    before = (metadata_load(path) or {}) if path.is_file() else {}
+    card = ModelCard(path.read_text()) if path.is_file() else ModelCard(f"---\n---\n\n# {model_name}\n")
     data = card.data if card.data is not None else ModelCardData()
     new = {(r.dataset_type, r.dataset_split, r.metric_type, r.metric_name) for r in results}
     kept = [
@@ -85,25 +82,14 @@ def write_model_index(folder: Path, summary: dict[str, Any], model_name: str) ->
     return path, left_out
 
 
-_HEADER = re.compile(r"\A---\r?\n(.*?)\r?\n?---\r?\n", re.S)
-
-
-def _metadata(text: str) -> dict:
-    match = _HEADER.match(text)
-    metadata = yaml.safe_load(match.group(1)) if match else None
-    return metadata if isinstance(metadata, dict) else {}
-
-
 def _restore_model_name(path: Path, before: dict) -> None:
     """huggingface_hub folds a card's `model_name:` metadata into `model-index` (as its `name`) when it writes
     results, so the line TRL's cards carry would be gone: put it back where it stood, with its own value."""
-    text = path.read_text()
-    match = _HEADER.match(text)
-    metadata = {**_metadata(text), "model_name": before["model_name"]}
+    from huggingface_hub.repocard import metadata_load, metadata_save
+
+    metadata = {**(metadata_load(path) or {}), "model_name": before["model_name"]}
     order = dict.fromkeys([*before, *metadata])  # the card's own order, then what was added (model-index)
-    ordered = {key: metadata[key] for key in order if key in metadata}
-    header = yaml.safe_dump(ordered, sort_keys=False, allow_unicode=True)
-    path.write_text(f"---\n{header}---\n{text[match.end() :] if match else text}")
+    metadata_save(path, {key: metadata[key] for key in order if key in metadata})
 
 
 def check_push_target(repo_id: str, token: str | None) -> None:

@@ -48,11 +48,11 @@ def test_registry_names_the_seven_and_rejects_unknown_names():
 
 def test_geometry3k_prompt_is_the_problem_and_gold_the_choice_text(hub_copy, noisyrollout_copy):
     hub = by_id("geometry3k", hub_copy)
-    assert hub["0"].text == "<image>Find x." and hub["0"].gold == "3" and len(hub["0"].images) == 1
+    assert hub["0"].text == "Find x." and hub["0"].gold == "3" and len(hub["0"].images) == 1
     assert hub["3"].gold == "2 \\sqrt { 221 }"  # the choice's text, not the ground_truth letter "A"
     # NoisyRollout's raw InterGPS folders: the answer letter is mapped to the choice text
     raw = by_id("geometry3k", noisyrollout_copy)
-    assert raw["2402"].text.startswith("<image>If $\\overline{B E}") and raw["2402"].gold == "120"
+    assert raw["2402"].text.startswith("If $\\overline{B E}") and raw["2402"].gold == "120"
     assert raw["2403"].gold == "12 \\pi"
 
 
@@ -60,7 +60,7 @@ def test_mathverse_uses_query_cot_and_letter_gold(hub_copy, noisyrollout_copy):
     for data_dir in (hub_copy, noisyrollout_copy):
         examples = by_id("mathverse", data_dir)
         first = examples["1"]
-        assert first.text == "<image>" + MATHVERSE_QUERY_COT
+        assert first.text == MATHVERSE_QUERY_COT
         assert first.gold == "D" and first.choices == ["40°", "60°", "120°", "140°"]
         assert first.categories == {"problem_version": "Text Dominant"}
         assert first.judge_question.startswith("In triangle ABC, angle A = 80.0")
@@ -70,14 +70,14 @@ def test_mathverse_uses_query_cot_and_letter_gold(hub_copy, noisyrollout_copy):
 def test_mathvision_image_first_question_unchanged_and_letter_gold(hub_copy):
     # As the release prompts MathVision: the image first, the question as written (`<image1>` stays text)
     examples = by_id("mathvision", hub_copy)
-    assert examples["4"].text == "<image>How many different digits can you find in this picture?\n<image1>"
+    assert examples["4"].text == "How many different digits can you find in this picture?\n<image1>"
     assert examples["4"].judge_question == "How many different digits can you find in this picture?\n<image1>"
     assert examples["4"].gold == "6" and examples["4"].choices is None
     q39 = examples["39"]
     # The release's TSV has no options column: the Hub's options are not appended (they changed 184 of 3,040
     # verdicts), and serve only rule grading's letter -> text
-    assert q39.text.startswith("<image>Ingrid") and q39.text.endswith("question mark?\n<image1>")
-    assert "Choices" not in q39.judge_question and q39.judge_question == q39.text.removeprefix("<image>")
+    assert q39.text.startswith("Ingrid") and q39.text.endswith("question mark?\n<image1>")
+    assert "Choices" not in q39.judge_question and q39.judge_question == q39.text
     assert q39.gold == "A" and q39.choices[0] == "red" and q39.categories == {"subject": "logic"}
 
 
@@ -90,7 +90,7 @@ def test_question_text_keeps_its_whitespace_as_in_the_release():
            "image_path": "1.png"}  # fmt: skip
     example = BENCHMARKS["wemath"].to_example(row, 0, None)
     assert example.judge_question == "  What is x? \n\nOptions: A. 1;B. 2 "
-    assert example.text == "<image>  What is x? \n\nOptions: A. 1;B. 2 "
+    assert example.text == "  What is x? \n\nOptions: A. 1;B. 2 "
     vision = BENCHMARKS["mathvision"].to_example(
         {"id": "7", "question": "How many? \n", "answer": "11 ", "options": [], "subject": "counting"}, 0, None
     )
@@ -105,7 +105,7 @@ def test_question_text_keeps_its_whitespace_as_in_the_release():
 
 def test_mathvista_query_and_choice_text_to_letter(hub_copy):
     examples = by_id("mathvista", hub_copy)
-    assert examples["1"].text == "<image>" + MATHVISTA_QUERY_1
+    assert examples["1"].text == MATHVISTA_QUERY_1
     assert examples["1"].gold == "1.2" and examples["1"].choices is None
     assert examples["1"].categories == {"task": "textbook question answering"}
     # The release's judge reads the whole query: the precision hint and the choices
@@ -122,11 +122,11 @@ def test_wemath_options_ids_and_steps(hub_copy, noisyrollout_copy):
         examples = by_id("wemath", data_dir)
         row = examples["3steps_165@3steps_3"]
         assert row.text == (
-            "<image>As shown in the figure, there is a circular flower bed... what is the area of the flower bed (  ) "
+            "As shown in the figure, there is a circular flower bed... what is the area of the flower bed (  ) "
             "m²?(π = 3.14)\n\nOptions: A. 200.96;B. 3215.36;C. 6280;D. 32; E. No correct answer"
         )
         assert row.gold == "B" and row.choices[1] == "3215.36" and row.choices[4] == "No correct answer"
-        assert row.judge_question == row.text.removeprefix("<image>")  # no literal <image> for the judge
+        assert row.judge_question == row.text
         steps = {example.id: example.categories["steps"] for example in examples.values()}
         assert steps == {"3steps_165@3steps_3": "one-step", "3steps_165@3steps_multi": "three-step",
                          "2steps_7@2steps_multi": "two-step", "2steps_7@2steps_1": "one-step",
@@ -143,7 +143,7 @@ def test_hallusionbench_prompt_gold_and_rows_without_figure(hub_copy, noisyrollo
         first = examples["VD/illusion/0/0/0"]
         assert (
             first.text
-            == "<image>Is the right orange circle the same size as the left orange circle" + HALLUSION_SUFFIX
+            == "Is the right orange circle the same size as the left orange circle" + HALLUSION_SUFFIX
         )
         assert first.gold == "yes" and examples["VD/illusion/0/0/1"].gold == "no"
         assert first.image_refs == ["./hallusion_bench/VD/illusion/0_0.png"]

@@ -14,12 +14,10 @@ the facts each adapter relies on.
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import os
 import re
-import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +45,9 @@ __all__ = [
 # 2: the release's system prompt (with its newline); MathVision's question unchanged, image first.
 # 3: images resized as the release's load_image (sqrt scaling to the pixel bounds, then the processor's own rounding);
 #    MathVista's letter-only options kept as choices.
-PROMPT_VERSION = 3
+# 4: the release's prompt character for character: images first, then the question as its loaders read it (whitespace
+#    kept, `<image>` in a question plain text, pandas' missing cells "nan", a JSON null "None").
+PROMPT_VERSION = 4
 
 # The system prompt of the release's evaluation (Leonnnnnn929/VEPO @4247308 run_eval.sh): the training prompt with a
 # newline and a space after "final answer." (a bash string spanning two lines), passed to eval/main.py as is.
@@ -65,7 +65,8 @@ class EvalDataError(ValueError):
 class Example:
     """One evaluation item, ready to prompt and grade.
 
-    `text` is the user turn: `<image>` marks where an image goes (images come first when there is no mark).
+    The user turn is the images, then `text` verbatim, as the release's `prepare_prompts` sends it: `<image>` or
+    `<image1>` inside `text` is plain text, never a placeholder.
     `gold` is what a rule grader compares with (an option letter, a value or "yes"/"no"); `choices` are the option
     texts in letter order when the item is multiple choice, so that an answer naming the option's text also counts.
     """
@@ -143,6 +144,9 @@ class Benchmark:
         if folder is not None:
             return self.load_local(folder), folder
         self.check_available(data_dir)
+        return self.load_hub(), None
+
+    def load_hub(self) -> datasets.Dataset:
         try:
             dataset = datasets.load_dataset(self.hub_id, self.hub_config, split=self.split)
         except Exception as err:
@@ -151,7 +155,7 @@ class Benchmark:
                 f"{str(err).splitlines()[0] if str(err) else ''}); pass --data_dir DIR with a local copy in "
                 f"DIR/{(self.folders or (self.name,))[0]}/ ({self.local_layout()})."
             ) from err
-        return _undecoded(dataset), None
+        return _undecoded(dataset)
 
     def load_local(self, folder: Path) -> Iterable[Mapping[str, Any]]:
         """A local copy in the Hub's layout: parquet (or JSON) data files of the split, or `save_to_disk` output."""
@@ -314,12 +318,40 @@ def _as_list(value: Any) -> list:
 
 
 def _raw(value: Any) -> str:
-    """A text field exactly as the release reads it (no stripping); whole floats as ints, None as ""."""
-    if value is None:
-        return ""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return str(value)
+    """A text field as the release's f-strings write it: unstripped, a JSON null "None", a float "3.0"."""
+    return f"{value}"
+
+
+def _pandas_cell(value: Any) -> str:
+    """A text cell as the release reads its TSVs (`pd.read_csv`): pandas' missing-value strings ("", "NA", "None",
+    "nan", ...) become NaN, which its f-string writes "nan"."""
+    from pandas._libs.parsers import STR_NA_VALUES  # the set read_csv's default na_values is built from
+
+    if (
+        value is None
+        or (isinstance(value, float) and value != value)
+        or (isinstance(value, str) and value in STR_NA_VALUES)
+    ):
+        return "nan"
+    return _raw(value)
+
+
+def _read_tsv(path: Path) -> list[dict[str, Any]]:
+    """Rows of a TSV read as the release reads MathVision.tsv (`pd.read_csv(path, sep="\t")`, then iterrows)."""
+    import pandas as pd
+
+    frame = pd.read_csv(path, sep="\t")
+    return [{key: (None if pd.isna(value) else value) for key, value in row.items()} for _, row in frame.iterrows()]
+
+
+def _without_leading_placeholders(text: str, num_images: int) -> str:
+    """A Hub `problem` written "<image>" + text (hiyouga/geometry3k's conversion script, EasyR1's layout): the text
+    after up to `num_images` leading marks, verbatim; a mark anywhere else stays text, as in the release."""
+    for _ in range(num_images):
+        if not text.startswith(IMAGE_PLACEHOLDER):
+            break
+        text = text[len(IMAGE_PLACEHOLDER) :]
+    return text
 
 
 def _text(value: Any) -> str:
@@ -370,17 +402,6 @@ def parse_inline_options(text: str) -> list[str] | None:
     return None
 
 
-_NUMBERED_IMAGE = re.compile(r"<image\d*>")
-
-
-def numbered_placeholders_to_image(text: str, num_images: int) -> str:
-    """MathVision writes `<image1>`, `<image2>`: mark them `<image>` when they match the images, else drop them."""
-    marks = _NUMBERED_IMAGE.findall(text)
-    if marks and len(marks) == num_images:
-        return _NUMBERED_IMAGE.sub(IMAGE_PLACEHOLDER, text)
-    return _NUMBERED_IMAGE.sub("", text).strip()
-
-
 # ----------------------------------------------------------------------------------------------------------------------
 # Adapters
 # ----------------------------------------------------------------------------------------------------------------------
@@ -423,7 +444,7 @@ class Geometry3K(Benchmark):
             rows.append(
                 {
                     "id": _text(item.get("id", path.parent.name)),
-                    "problem": IMAGE_PLACEHOLDER + _text(item["annotat_text"]),
+                    "problem": IMAGE_PLACEHOLDER + _raw(item["annotat_text"]),  # the Hub's layout of the same text
                     "answer": choices[LETTERS.index(letter)],
                     "images": [str(path.parent / "img_diagram.png")],
                     "choices": choices,
@@ -433,12 +454,10 @@ class Geometry3K(Benchmark):
 
     def to_example(self, row, index, base_dir):
         images = _as_list(row["images"])
-        text = _text(row["problem"])
-        if IMAGE_PLACEHOLDER not in text:
-            text = IMAGE_PLACEHOLDER * len(images) + text
         return Example(
             id=_text(row.get("id", index)) or str(index),
-            text=text,
+            # The release's `annotat_text` as read from data.json; the Hub's `problem` is "<image>" + the same text
+            text=_without_leading_placeholders(_raw(row["problem"]), len(images)),
             images=images,
             image_refs=[_image_ref(image, f"{self.split}[{index}].images[{k}]") for k, image in enumerate(images)],
             gold=_text(row["answer"]),
@@ -461,10 +480,8 @@ class MMK12(Benchmark):
     required_columns: tuple[str, ...] = ("question", "answer", "image")
 
     def to_example(self, row, index, base_dir):
-        text = _text(row["question"])
         images = _as_list(row["image"])
-        if IMAGE_PLACEHOLDER not in text:
-            text = IMAGE_PLACEHOLDER * len(images) + text
+        text = _without_leading_placeholders(_raw(row["question"]), len(images))
         return Example(
             id=_text(row.get("id")) or str(index),
             text=text,
@@ -510,17 +527,17 @@ class MathVerse(Benchmark):
             image = _resolve_path(image, [base_dir / "images", base_dir])
         images = [image] if image not in (None, "") else []
         answer = _text(row["answer"])
-        query = _text(row["query_cot"])
+        query = _raw(row["query_cot"])  # the release's `query_cot`, unstripped
         multi_choice = _text(row.get("question_type")) == "multi-choice"
         return Example(
             id=_text(row["sample_index"]),
-            text=IMAGE_PLACEHOLDER * len(images) + query,
+            text=query,
             images=images,
             image_refs=[_image_ref(row["image"], f"{self.split}[{index}].image")] if images else [],
             gold=answer,
             choices=parse_inline_options(query) if multi_choice else None,
             categories={"problem_version": _text(row["problem_version"])},
-            judge_question=_text(row.get("question_for_eval")) or _text(row.get("question")) or query,
+            judge_question=_raw(row["question_for_eval"]) if row.get("question_for_eval") is not None else query,
         )
 
 
@@ -551,19 +568,16 @@ class MathVision(Benchmark):
         tsv = folder / "MathVision.tsv"
         if not tsv.is_file():
             return super().load_local(folder)
-        csv.field_size_limit(sys.maxsize)  # VLMEvalKit TSVs can hold base64 images
-        with open(tsv, newline="", encoding="utf-8") as f:
-            rows = list(csv.DictReader(f, delimiter="\t"))
         return [
             {
-                "id": row["index"],
+                "id": _raw(row["index"]),
                 "question": row["question"],
                 "answer": row["answer"],
                 "options": [],
                 "decoded_image": str(folder / "images" / f"{row['index']}.jpg"),
                 "subject": row.get("category", ""),
             }
-            for row in rows
+            for row in _read_tsv(tsv)  # read as the release reads it: pandas, its missing cells and number types
         ]
 
     def to_example(self, row, index, base_dir):
@@ -574,19 +588,19 @@ class MathVision(Benchmark):
                 image = _resolve_path(image, [base_dir, base_dir / "images"])
         images = [image] if image not in (None, "") else []
         options = [_text(option) for option in _as_list(row.get("options"))]
-        # The question as the release reads it (its MathVision.tsv has no options column, nothing is appended, and
-        # pandas keeps surrounding whitespace): options the Hub keeps apart only serve rule grading's letter -> text
-        question = _raw(row["question"])
-        # `<image1>` stays as text: the images go first, as in the release (only `<image>` is a placeholder here)
+        # The question as the release reads its MathVision.tsv with pandas, on the Hub path too (the same cells): no
+        # options appended (the TSV has no such column; options the Hub keeps apart only serve rule grading's letter
+        # -> text), surrounding whitespace kept, a missing cell ("NA", "None", "") "nan"; `<image1>` stays text
+        question = _pandas_cell(row["question"])
         return Example(
             id=_text(row["id"]),
-            text=IMAGE_PLACEHOLDER * len(images) + question,
+            text=question,
             images=images,
             image_refs=[_image_ref(row.get("image") or image, f"{self.split}[{index}].decoded_image")]
             if images
             else [],
             # As the release reads it: one answer is "11 ", which its `extracted.strip() == answer` never matches
-            gold=_raw(row["answer"]),
+            gold=_pandas_cell(row["answer"]),
             choices=options or None,
             categories={"subject": _text(row.get("subject")) or "unknown"},
             judge_question=question,
@@ -613,12 +627,28 @@ class MathVista(Benchmark):
     required_columns: tuple[str, ...] = ("pid", "query", "answer", "question_type")
 
     def local_layout(self) -> str:
-        return "Hub parquet files data/testmini-*.parquet (NoisyRollout's eval_data has only images/ for MathVista)"
+        return (
+            "Hub parquet files data/testmini-*.parquet, and/or the release's images/<pid>.jpg (rows then from the Hub)"
+        )
+
+    def load_local(self, folder: Path) -> Iterable[Mapping[str, Any]]:
+        # The release's eval data holds only mathvista/images/: it reads the rows from the Hub and the pixels from
+        # those files (`os.path.join(data_path, "mathvista", item["image"])`), and so does this adapter
+        if not any(folder.rglob("*.parquet")) and not any(folder.rglob("*.json*")) and (folder / "images").is_dir():
+            if (_offline() or not _hub_reachable()) and not _hub_cached(self.hub_id):
+                raise EvalDataError(f"mathvista: {folder} holds images/ only, and the rows come from {self.hub_id}, "
+                                    "which is not cached and the Hub is not reachable; add its parquet files under "
+                                    f"{folder}/data/.")  # fmt: skip
+            return self.load_hub()
+        return super().load_local(folder)
 
     def to_example(self, row, index, base_dir):
         image = row.get("decoded_image")
-        if image is None and isinstance(row.get("image"), str) and base_dir is not None:
-            image = _resolve_path(row["image"], [base_dir, base_dir / "images"])
+        if isinstance(row.get("image"), str) and base_dir is not None:
+            # Beside a local images/ folder the release reads the file, not the parquet's copy of it
+            local = base_dir / row["image"]
+            if local.is_file() or image is None:
+                image = _resolve_path(row["image"], [base_dir, base_dir / "images"])
         images = [image] if image not in (None, "") else []
         answer = _text(row["answer"])
         choices = [_text(choice) for choice in _as_list(row.get("choices"))] or None
@@ -632,7 +662,7 @@ class MathVista(Benchmark):
         metadata = row.get("metadata") or {}
         return Example(
             id=_text(row["pid"]),
-            text=IMAGE_PLACEHOLDER * len(images) + _text(row["query"]),
+            text=_raw(row["query"]),  # the release's `query`, unstripped
             images=images,
             image_refs=[_image_ref(row.get("image") or image, f"{self.split}[{index}].decoded_image")]
             if images
@@ -643,7 +673,7 @@ class MathVista(Benchmark):
             choices=choices if _text(row["question_type"]) == "multi_choice" else None,
             categories={"task": _text(metadata.get("task")) or "unknown"},
             # The release's judge reads `query`: the hint (precision, answer type), the question and the choices
-            judge_question=_text(row["query"]),
+            judge_question=_raw(row["query"]),
             groups={
                 "question_type": _text(row["question_type"]),
                 "answer_type": _text(row.get("answer_type")),
@@ -716,7 +746,7 @@ class WeMath(Benchmark):
         question = _raw(row["question"]) + "\n\nOptions: " + _raw(row["option"])
         return Example(
             id=f"{_text(row['ID'])}@{key}",
-            text=IMAGE_PLACEHOLDER + question,
+            text=question,
             images=[image],
             image_refs=[ref],
             gold=_text(row["answer"]),
@@ -783,7 +813,7 @@ class HallusionBench(Benchmark):
             if not filename:
                 return None  # no figure: left out, as NoisyRollout does
             image = _resolve_path(filename, [base_dir / "images", base_dir] if base_dir else [Path(".")])
-        question = _text(row["question"])
+        question = _raw(row["question"])  # unstripped: " Is ..." and "... 5. " (no "?") reach the model as written
         gold = {"1": "yes", "0": "no"}.get(_text(row["gt_answer"]))
         if gold is None:
             raise EvalDataError(f"hallusionbench row {index}: gt_answer {row['gt_answer']!r} is neither '1' nor '0'.")
@@ -791,7 +821,7 @@ class HallusionBench(Benchmark):
         figure_id, question_id = _text(row["figure_id"]), _text(row["question_id"])
         return Example(
             id=f"{category}/{subcategory}/{set_id}/{figure_id}/{question_id}",
-            text=IMAGE_PLACEHOLDER + question.split("?")[0] + HALLUSION_SUFFIX,
+            text=question.split("?")[0] + HALLUSION_SUFFIX,
             images=[image],
             image_refs=[_image_ref(filename or image, f"{self.split}[{index}].image")],
             gold=gold,
@@ -849,7 +879,7 @@ class Synthetic(Benchmark):
         images = _as_list(row["images"])
         return Example(
             id=str(index),
-            text=_text(row["problem"]),
+            text=_without_leading_placeholders(_text(row["problem"]), len(images)),
             images=images,
             image_refs=[f"synthetic[{index}].images[{k}]" for k in range(len(images))],
             gold=_text(row["answer"]),

@@ -345,12 +345,14 @@ def write_records(path: Path, records: list[dict[str, Any]]) -> None:
 
 
 def build_prompt(example: Example, processor=None) -> list[dict]:
-    from ..data.loaders import build_user_content
+    """The release's prompt (`eval/utils/processing.py::prepare_prompts`): the system prompt, then a user turn of the
+    images and the question verbatim, never split at text that looks like a placeholder."""
     from .benchmarks import EVAL_SYSTEM_PROMPT
 
+    user = [{"type": "image"} for _ in example.images] + [{"type": "text", "text": example.text}]
     return [
         {"role": "system", "content": [{"type": "text", "text": EVAL_SYSTEM_PROMPT}]},
-        {"role": "user", "content": build_user_content(example.text, len(example.images))},
+        {"role": "user", "content": user},
     ]
 
 
@@ -365,14 +367,20 @@ def release_image(image, min_pixels: int, max_pixels: int):
     from ..data.loaders import MAX_RATIO, _read_image
 
     image = _read_image(image, None).convert("RGB")
-    if max(image.size) / max(min(image.size), 1) > MAX_RATIO:  # the processor's smart_resize would raise mid-run
-        raise ValueError(f"aspect ratio of {image.width}x{image.height} is over {MAX_RATIO}")
+    size = image.size
     if image.width * image.height > max_pixels:
         factor = math.sqrt(max_pixels / (image.width * image.height))
         image = image.resize((int(image.width * factor), int(image.height * factor)))
     if image.width * image.height < min_pixels:
         factor = math.sqrt(min_pixels / (image.width * image.height))
         image = image.resize((int(image.width * factor), int(image.height * factor)))
+    # Checked on what the processor receives: the truncating resize moves the ratio (20x4000, exactly 200, becomes
+    # 36x7241, 201.1), and the processor's smart_resize raises above MAX_RATIO
+    if min(image.size) < 1 or max(image.size) / min(image.size) > MAX_RATIO:
+        raise ValueError(
+            f"aspect ratio of {size[0]}x{size[1]} is {image.width}x{image.height} after the release's resize, over "
+            f"{MAX_RATIO}"
+        )
     return image
 
 
@@ -384,6 +392,33 @@ def _prepare(example: Example, processor, args) -> tuple[str, list, str | None]:
     except Exception as err:  # the release drops such a row; here it is recorded, counted wrong
         return text, [], f"unusable image: {type(err).__name__}: {err}"
     return text, images, None
+
+
+# What a processor or engine raises on one row's input (a placeholder count, an image shape, a prompt too long); a
+# RuntimeError (out of memory, a device fault) is no row's fault and ends the run
+ROW_ERRORS = (ValueError, TypeError, IndexError, KeyError)
+
+
+def _generate_alone(generator, text: str, images: list) -> tuple[str, Exception | None]:
+    try:
+        return generator.generate([text], [images])[0], None
+    except ROW_ERRORS as error:
+        return "", error
+
+
+def generate_rows(generator, texts: list[str], images: list[list]) -> list[tuple[str, str | None]]:
+    """`(completion, error)` per row: a batch the processor or engine refuses is run again row by row, and a row
+    refused alone is recorded with the reason (counted wrong) while the run goes on; when every row of a batch is
+    refused, the fault is not the rows' and the first error is raised."""
+    if not texts:
+        return []
+    try:
+        return [(text, None) for text in generator.generate(texts, images)]
+    except ROW_ERRORS as error:
+        rows = [_generate_alone(generator, t, i) for t, i in zip(texts, images)] if len(texts) > 1 else [("", error)]
+    if len(rows) > 1 and all(error is not None for _, error in rows):
+        raise rows[0][1]
+    return [(text, error and f"processor error: {type(error).__name__}: {error}") for text, error in rows]
 
 
 def make_records(bench: Benchmark, examples: list[Example], outputs: list[tuple[str, str, str | None]]):
@@ -708,14 +743,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             mine = list(range(state.process_index, len(chunk), state.num_processes))
             prepared = [_prepare(chunk[i], generator.processor, args) for i in mine]
             usable = [k for k, (_, _, error) in enumerate(prepared) if error is None]
-            texts = generator.generate([prepared[k][0] for k in usable], [prepared[k][1] for k in usable])
-            completions = dict(zip(usable, texts))
-            outputs = [(i, p[0], completions.get(k, ""), p[2]) for k, (i, p) in enumerate(zip(mine, prepared))]
+            generated = dict(zip(usable, generate_rows(generator, [prepared[k][0] for k in usable],
+                                                       [prepared[k][1] for k in usable])))  # fmt: skip
+            outputs = [(i, p[0], *generated.get(k, ("", p[2]))) for k, (i, p) in enumerate(zip(mine, prepared))]
             outputs = sorted(gather_object(outputs))
             if state.is_main_process:
                 records = make_records(bench, chunk, [o[1:] for o in outputs])
                 grade_records(records, "rule", None)  # cheap, and always beside the protocol's verdict
-                grade_records(records, args.protocol, judge, workers=args.judge_workers)
+                try:
+                    grade_records(records, args.protocol, judge, workers=args.judge_workers)
+                except Exception as error:  # noqa: BLE001 - the completions are written all the same
+                    logger.warning("%s: grading failed (%s: %s); the completions are kept and graded at the end",
+                                   bench.name, type(error).__name__, error)  # fmt: skip
                 with open(path, "a", encoding="utf-8") as f:
                     for record in records:
                         f.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -728,7 +767,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     if state.is_main_process:
         # Records of an earlier run whose judge failed (or that another protocol graded) are graded now
-        regrade_folder(output_dir, [bench.name for bench in benches], args, judge)
+        try:
+            regrade_folder(output_dir, [bench.name for bench in benches], args, judge)
+        except Exception as error:  # noqa: BLE001 - said in one line: every completion is on disk
+            raise EvalUsageError(
+                f"grading stopped ({type(error).__name__}: {error}); every completion is kept in {output_dir}/: "
+                f"finish with vepo-trl eval --rescore {output_dir} --protocol {args.protocol}"
+            ) from None
         summary = summarize_folder(output_dir, manifest, args, time.perf_counter() - start)
         _update_model_card(args, summary)
     return summary

@@ -87,9 +87,13 @@ def summarize_benchmark(name: str, records: Sequence[Mapping[str, Any]], expecte
     where the records hold its verdicts. Rows without a verdict (a judge that failed) make the benchmark incomplete."""
     bench = BENCHMARKS[name]
     total, limit = _expected(expected)
-    graded = [r for r in records if (_verdict(r, protocol) or {}).get("correct") is not None]
+    # A row that could not be evaluated (an unreadable image, one the processor refuses): the release's
+    # prepare_prompts skips it, so the paper protocol leaves it out of the accuracy; the others count it wrong
+    left_out = [r for r in records if r.get("error")] if protocol == "paper" else []
+    kept = [r for r in records if not (protocol == "paper" and r.get("error"))]
+    graded = [r for r in kept if (_verdict(r, protocol) or {}).get("correct") is not None]
     correct = [bool(_verdict(r, protocol)["correct"]) for r in graded]
-    unjudged = len(records) - len(graded)
+    unjudged = len(kept) - len(graded)
     judges = {(_verdict(r, protocol).get("grader") or {}).get("judge") for r in graded} - {None}
     # A local copy with fewer rows than the split the paper evaluated is a partial result, like a --limit run
     truncated = bench.paper_rows is not None and total is not None and total < bench.paper_rows
@@ -103,6 +107,7 @@ def summarize_benchmark(name: str, records: Sequence[Mapping[str, Any]], expecte
         "truncated": truncated,
         "unjudged": unjudged,
         "unusable": sum(1 for r in records if r.get("error")),
+        "unusable_left_out": len(left_out),
         "complete": limit is None and not truncated and total is not None and len(records) >= total and unjudged == 0,
         "protocol": protocol,
         "accuracy": _pct(_mean(correct)),
@@ -112,7 +117,7 @@ def summarize_benchmark(name: str, records: Sequence[Mapping[str, Any]], expecte
     }
     by_protocol = {}
     for other in ("rule", "lenient", "paper"):
-        verdicts = [_verdict(r, other) for r in records]
+        verdicts = [_verdict(r, other) for r in records if not (other == "paper" and r.get("error"))]
         done = [v for v in verdicts if v is not None and v.get("correct") is not None]
         if done:
             by_protocol[other] = {"correct": sum(bool(v["correct"]) for v in done), "graded": len(done),
@@ -248,7 +253,8 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
             notes.append(f"INCOMPLETE: {bench['unjudged']} rows not graded ({bench['judge_errors']} judge errors; "
                          "a rerun or --rescore retries them)")  # fmt: skip
         if bench.get("unusable"):
-            notes.append(f"{bench['unusable']} rows with an unreadable image, counted wrong")
+            how = "left out, as the release skips them" if bench.get("unusable_left_out") else "counted wrong"
+            notes.append(f"{bench['unusable']} rows that could not be evaluated (image or processor), {how}")
         if bench.get("partial") and bench.get("limit") is not None:
             notes.append(f"partial (--limit {bench['limit']})")
         elif bench.get("truncated"):

@@ -1,6 +1,8 @@
 """Benchmark adapters on stand-ins in the real schemas: prompts and gold mapping on rows quoted in BENCHMARKS.md,
 the rule grader, HallusionBench's aAcc / qAcc / fAcc and the Table-1 summary, all checked against hand-made values."""
 
+import json
+
 import pytest
 
 from vepo_trl.eval.benchmarks import BENCHMARKS, HALLUSION_SUFFIX, PAPER_BENCHMARKS, get_benchmark, resolve_benchmarks
@@ -141,10 +143,7 @@ def test_hallusionbench_prompt_gold_and_rows_without_figure(hub_copy, noisyrollo
         # The VS question without a figure is left out (Hub: split "image"; JSON: null filename)
         assert sorted(examples) == ["VD/illusion/0/0/0", "VD/illusion/0/0/1", "VD/illusion/0/1/0", "VD/illusion/0/1/1"]
         first = examples["VD/illusion/0/0/0"]
-        assert (
-            first.text
-            == "Is the right orange circle the same size as the left orange circle" + HALLUSION_SUFFIX
-        )
+        assert first.text == "Is the right orange circle the same size as the left orange circle" + HALLUSION_SUFFIX
         assert first.gold == "yes" and examples["VD/illusion/0/0/1"].gold == "no"
         assert first.image_refs == ["./hallusion_bench/VD/illusion/0_0.png"]
 
@@ -293,3 +292,47 @@ def test_eval_images_reach_the_model_as_in_the_release(size, handed, seen):
     processor = Qwen2VLImageProcessor(min_pixels=3136, max_pixels=12845056)
     _, height, width = processor(images=[image], return_tensors="pt")["image_grid_thw"][0].tolist()
     assert (width * 14, height * 14) == seen
+
+
+def test_geometry3k_on_the_hub_is_the_releases_text_and_png_bytes(tmp_path):
+    """hiyouga/geometry3k is built by its card's script from the InterGPS folders the release reads: `problem` =
+    "<image>" + `annotat_text`, and `images` = `[Image.open(img_diagram.png)]`, which `datasets` stores as the file's
+    path and `push_to_hub` embeds as the file's bytes. Built that way here, both layouts give the same prompt text
+    and the same PNG bytes."""
+    import io
+
+    import datasets
+    import pyarrow.parquet as pq
+    from datasets.table import embed_table_storage
+    from PIL import Image
+
+    raw = tmp_path / "intergps" / "geometry3k" / "test"
+    texts = {"2401": " Find x. \n", "2402": "<image> is a tag here; find $m \\angle 2$.", "2403": "Find y"}
+    for k, (problem_id, text) in enumerate(texts.items()):
+        (raw / problem_id).mkdir(parents=True)
+        Image.new("RGBA", (60 + k, 40), (30 * k, 60, 90, 200)).save(raw / problem_id / "img_diagram.png")
+        (raw / problem_id / "data.json").write_text(json.dumps(
+            {"id": int(problem_id), "annotat_text": text, "choices": ["3", "4", "5", "6"], "answer": "B"}
+        ))  # fmt: skip
+
+    def card_script_rows():  # the card's generate_data, on the test folders
+        for folder in sorted(raw.iterdir()):
+            data = json.loads((folder / "data.json").read_text())
+            yield {"images": [Image.open(folder / "img_diagram.png", "r")], "problem": "<image>" + data["annotat_text"],
+                   "answer": data["choices"]["ABCD".index(data["answer"])], "id": data["id"]}  # fmt: skip
+
+    built = datasets.Dataset.from_generator(card_script_rows, cache_dir=str(tmp_path / "cache"))
+    built = built.cast_column("images", datasets.Sequence(datasets.Image()))
+    hub = tmp_path / "hub" / "geometry3k" / "data"
+    hub.mkdir(parents=True)
+    pq.write_table(embed_table_storage(built.data.table), hub / "test-00000-of-00001.parquet")
+
+    local = by_id("geometry3k", tmp_path / "intergps")
+    from_hub = by_id("geometry3k", tmp_path / "hub")
+    assert sorted(local) == sorted(from_hub) == sorted(texts)
+    for problem_id, text in texts.items():
+        assert local[problem_id].text == from_hub[problem_id].text == text  # verbatim, `<image>` text included
+        png = (raw / problem_id / "img_diagram.png").read_bytes()
+        assert from_hub[problem_id].images[0]["bytes"] == png
+        assert local[problem_id].gold == from_hub[problem_id].gold == "4"
+        assert Image.open(io.BytesIO(png)).mode == "RGBA"  # converted to RGB by load_image on both paths alike

@@ -644,11 +644,14 @@ class MathVista(Benchmark):
 
     def to_example(self, row, index, base_dir):
         image = row.get("decoded_image")
-        if isinstance(row.get("image"), str) and base_dir is not None:
-            # Beside a local images/ folder the release reads the file, not the parquet's copy of it
-            local = base_dir / row["image"]
-            if local.is_file() or image is None:
-                image = _resolve_path(row["image"], [base_dir, base_dir / "images"])
+        if (
+            isinstance(row.get("image"), str)
+            and base_dir is not None
+            and (image is None or (base_dir / "images").is_dir())
+        ):
+            # Beside the release's images/ folder the pixels are its files, not the parquet's copy; a file missing
+            # there is a row the release skips (recorded as unusable here), never filled in from the parquet
+            image = _resolve_path(row["image"], [base_dir, base_dir / "images"])
         images = [image] if image not in (None, "") else []
         answer = _text(row["answer"])
         choices = [_text(choice) for choice in _as_list(row.get("choices"))] or None

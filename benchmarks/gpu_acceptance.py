@@ -4,10 +4,16 @@ Sections, each a separate process (a crash in one is reported, the rest still ru
 
 - `bench`       `bench_gpu_step.py` at Qwen2.5-VL-3B's shape: GRPO, top-20% entropy and VEPO step and `compute_loss`
                 times, the perturbed forward, peak memory and the overhead bound (VEPO's `compute_loss` <= entropy's
-                + one no-grad forward + 10%). Runs first and alone, so nothing else shares the GPU while it is timed.
+                + one no-grad forward + 10%); every method warmed up first, then three rounds in rotated order at 256
+                and 1,024 tokens: VEPO / GRPO and VEPO / entropy per round (median, spread) and the share of a whole
+                RL step (a transformers rollout included) VEPO adds. Runs first and alone, so nothing else shares the
+                GPU while it is timed.
 - `families`    `gpu_families.py`: every family's tiny model (real classes), two bf16 VEPO steps with `diffusion` and
                 with `patch_blackout`, and `full` against TRL's `GRPOTrainer` (loss and gradients to bf16 tolerance).
 - `smoke`       `gpu_smoke.py --quick`: every strategy, perturbation and loss type's code path on one family.
+- `notebook`    `notebook_memory.py`: the Colab notebook's own configuration cell at the 3B shape (random weights,
+                LoRA r 64, activation checkpointing, 1000x1000 images, completions to 1,024 tokens), two steps; peak
+                GPU memory against 24 GB (L4) and 40 GB (A100 40GB).
 - `real_width`  `real_width_check.py --device cuda`: a 7B-wide model (vocabulary 152,064) trained one LoRA step in
                 bf16, its signals against a float64 full-logits reference.
 - `launch:*`    `accelerate launch --num_processes 1` with each of `recipes/accelerate_configs/*.yaml` on the tiny
@@ -105,12 +111,29 @@ def parse_bench(output, returncode, cpu):
         "bound_s": round(data["vepo_compute_loss_bound_seconds"], 4),
         "within_bound": data["vepo_within_time_bound"],
         "peak_gb": {m: round(data[m]["peak_memory_gb"], 2) for m in ("grpo", "entropy_top20", "vepo")},
-    }
+        # Per completion length: the ratios taken within each rotated round, their median and spread
+        "ratios": {
+            length: {key: {k: round(v, 4) if isinstance(v, float) else [round(x, 4) for x in v]
+                           for k, v in value.items()} for key, value in figures["ratios"].items()}
+            for length, figures in data.get("by_length", {}).items()
+        },
+        "share_of_rl_step": {
+            length: {key.removeprefix("vepo_share_of_rl_step_"): round(figures[key], 4) for key in figures
+                     if key.startswith("vepo_share_of_rl_step_")}
+            for length, figures in data.get("by_length", {}).items()
+        },
+    }  # fmt: skip
     summary = (
         f"step GRPO {grpo['step']:.3f} / entropy {entropy['step']:.3f} / VEPO {vepo['step']:.3f} s; VEPO compute_loss "
         f"{vepo['compute_loss']:.3f} s vs bound {data['vepo_compute_loss_bound_seconds']:.3f} s; perturbed fwd "
         f"{vepo.get('perturbed_forward', 0.0):.3f} s"
     )
+    for length, at_length in data.get("by_length", {}).items():
+        ratio = at_length["ratios"]["vepo_over_entropy"]
+        summary += (f"; {length} tokens: VEPO / entropy {ratio['median']:.3f} ({ratio['min']:.3f}-{ratio['max']:.3f}), "
+                    f"VEPO / GRPO {at_length['ratios']['vepo_over_grpo']['median']:.3f}")  # fmt: skip
+        if "vepo_share_of_rl_step_over_grpo" in at_length:
+            summary += f", +{at_length['vepo_share_of_rl_step_over_grpo']:.1%} of an RL step"
     if not cpu:
         summary += f"; peak {vepo['peak_memory_gb']:.1f} GB (entropy {entropy['peak_memory_gb']:.1f})"
     # On the CPU the tiny model's times say nothing about the bound: the run itself is the check there
@@ -141,6 +164,22 @@ def parse_smoke(output, returncode, cpu):
     if data["failed"]:
         summary += f": {', '.join(data['failed'])}"
     return ("ok" if returncode == 0 and not data["failed"] else "FAIL"), summary, data
+
+
+def parse_notebook(output, returncode, cpu):
+    data = last_json(output)
+    if returncode or not data:
+        return "FAIL", "no result", {}
+    figures = {key: data[key] for key in ("model", "steps", "mean_completion_lengths", "perturbed_rows_skipped_fraction",
+                                          "peak_allocated_gib", "peak_reserved_gib", "fits")}  # fmt: skip
+    summary = f"{data['model']}, {data['steps']} steps, completions of {data['mean_completion_lengths']} tokens"
+    if not cpu:
+        summary += (
+            f"; peak {data['peak_allocated_gib']:.1f} GiB allocated, {data['peak_reserved_gib']:.1f} reserved: "
+            + (", ".join(f"{name} {'fits' if ok else 'does not fit'}" for name, ok in data["fits"].items()))
+        )
+    # The figure is what the section is for: it reports a configuration too large for a GPU, it does not fail on it
+    return "ok", summary, figures
 
 
 def parse_real_width(output, returncode, cpu):
@@ -232,10 +271,11 @@ def sections(cpu: bool, quick: bool, scratch: Path) -> list[Section]:
                     "112",
                 ]
                 if cpu
-                else ["--steps", "3", "--warmup", "1"]
+                # Warm-up for every method before any is timed, three rotated rounds, at 256 and 1,024 tokens
+                else ["--steps", "1", "--warmup", "1", "--rounds", "3", "--completion_length", "256", "1024"]
             ),
             parse_bench,
-            timeout=240,
+            timeout=400,
             alone=True,
         ),
         Section(
@@ -249,6 +289,11 @@ def sections(cpu: bool, quick: bool, scratch: Path) -> list[Section]:
             "smoke",
             [py, str(BENCH / "gpu_smoke.py"), "--quick"] + (["--cpu"] if cpu else []),
             parse_smoke,
+        ),
+        Section(
+            "notebook",
+            [py, str(BENCH / "notebook_memory.py")] + (["--tiny", "--steps", "1"] if cpu else []),
+            parse_notebook,
         ),
         Section(
             "real_width",

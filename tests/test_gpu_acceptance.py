@@ -204,12 +204,23 @@ def test_acceptance_cpu_quick_runs_every_section(tmp_path):
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary == json.loads((tmp_path / "acceptance.json").read_text())
     sections = summary["sections"]
-    assert set(sections) == {"bench", "families", "smoke", "real_width", "launch:ddp", "launch:fsdp",
+    assert set(sections) == {"bench", "families", "smoke", "notebook", "real_width", "launch:ddp", "launch:fsdp",
                              "launch:zero2", "launch:zero3"}  # fmt: skip
-    for name in ("bench", "families", "smoke", "real_width", "launch:ddp", "launch:fsdp"):
+    for name in ("bench", "families", "smoke", "notebook", "real_width", "launch:ddp", "launch:fsdp"):
         assert sections[name]["status"] == "ok", (name, sections[name])
     # fp32 on the CPU: full equals GRPOTrainer bit for bit on every family run
     assert all("bit for bit" in detail for detail in sections["families"]["figures"]["full_vs_grpo"].values())
     assert sections["real_width"]["figures"]["tokens_checked"] > 0
+    # The notebook's configuration ran its steps with the perturbed forward (no row skipped for a zero advantage)
+    assert sections["notebook"]["figures"]["perturbed_rows_skipped_fraction"] == [0.0]
+    # The step benchmark: three rotated rounds, ratios within each, and the share of a whole RL step
+    ratios = sections["bench"]["figures"]["ratios"]["32"]
+    assert len(ratios["vepo_over_entropy"]["rounds"]) == len(ratios["vepo_over_grpo"]["rounds"]) == 3
+    assert (
+        ratios["vepo_over_entropy"]["min"]
+        <= ratios["vepo_over_entropy"]["median"]
+        <= ratios["vepo_over_entropy"]["max"]
+    )
+    assert set(sections["bench"]["figures"]["share_of_rl_step"]["32"]) == {"over_grpo", "over_entropy"}
     assert sections["launch:ddp"]["figures"]["global_step"] == 3
     assert (tmp_path / "acceptance.log").stat().st_size > 0

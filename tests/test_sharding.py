@@ -205,3 +205,52 @@ def test_sharded_fsdp2_on_every_pixel_layout_ends_on_the_one_process_weights(tmp
     difference, name = largest_difference(weights, reference)
     assert difference < 1e-4, (name, difference)
     assert report["losses"] == pytest.approx(reference_report["losses"], abs=1e-5)
+
+
+def _fsdp2_optimizer_load(tmp_path, optimizer, kind):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+               str(free_port()), str(REPO / "tests" / "distributed" / "fsdp2_stateless_optimizer.py"), optimizer, kind]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    outcomes = sorted(line for line in result.stdout.splitlines() if line.startswith("rank "))
+    assert len(outcomes) == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    return outcomes
+
+
+def test_upstream_fsdp2_cannot_load_a_full_state_dict_of_an_optimizer_without_state(tmp_path):
+    """torch (2.14) raises "Expected device to be set" loading plain SGD's full-state optimizer dict under FSDP2:
+    what resuming an FSDP2 run with FULL_STATE_DICT checkpoints does, so VEPOConfig refuses that combination
+    (sharding.unresumable_fsdp2_optimizer). When this test fails, torch loads it: lift the refusal."""
+    assert _fsdp2_optimizer_load(tmp_path, "sgd", "full") == [
+        "rank 0 failed: AssertionError: Expected device to be set",
+        "rank 1 failed: AssertionError: Expected device to be set",
+    ]
+    # What the refusal points to works: an optimizer with state, or sharded checkpoints
+    assert _fsdp2_optimizer_load(tmp_path, "sgd_momentum", "full") == ["rank 0 loaded", "rank 1 loaded"]
+    assert _fsdp2_optimizer_load(tmp_path, "sgd", "sharded") == ["rank 0 loaded", "rank 1 loaded"]
+
+
+@pytest.mark.parametrize(
+    "environment, settings, refused",
+    [
+        ({"FSDP_VERSION": "2", "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT"}, {"optim": "sgd"}, True),
+        ({"FSDP_VERSION": "2", "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT"}, {"optim": "sgd", "save_strategy": "no"}, False),
+        ({"FSDP_VERSION": "2", "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT"}, {"optim": "sgd", "optim_args": "momentum=0.9"}, False),
+        ({"FSDP_VERSION": "2", "FSDP_STATE_DICT_TYPE": "SHARDED_STATE_DICT"}, {"optim": "sgd"}, False),
+        ({"FSDP_VERSION": "1", "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT"}, {"optim": "sgd"}, False),
+        ({"FSDP_VERSION": "2", "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT"}, {"optim": "adamw_torch"}, False),
+    ],
+)  # fmt: skip
+def test_a_run_whose_fsdp2_checkpoints_could_not_resume_is_refused_in_one_line(environment, settings, refused,
+                                                                              monkeypatch, tmp_path):  # fmt: skip
+    from vepo_trl import VEPOConfig
+
+    # What `accelerate launch --config_file recipes/accelerate_configs/fsdp.yaml` puts in the environment
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    for key, value in environment.items():
+        monkeypatch.setenv(key, value)
+    if refused:
+        with pytest.raises(ValueError, match=r"^FSDP2 saves FULL_STATE_DICT checkpoints here, .* momentum=0\.9"):
+            VEPOConfig(output_dir=str(tmp_path), use_cpu=True, **settings)
+    else:
+        VEPOConfig(output_dir=str(tmp_path), use_cpu=True, **settings)

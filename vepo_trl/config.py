@@ -211,6 +211,10 @@ class VEPOConfig(GRPOConfig):
             # GRPOConfig would turn an unset bf16 into True, which TrainingArguments then rejects on a CPU
             self.bf16 = not self.fp16 and not self.use_cpu and _hardware_supports_bf16()
         super().__post_init__()
+        from .sharding import unresumable_fsdp2_optimizer
+
+        if problem := unresumable_fsdp2_optimizer(self):
+            raise ValueError(problem)
         if self.importance_sampling_level == "sequence" and self.selection_strategy != "full":
             raise ValueError(
                 "importance_sampling_level='sequence' (GSPO) uses one ratio per response, averaged over all its "

@@ -535,3 +535,104 @@ def test_grouped_tile_seeds_keep_the_content_seed_for_the_first_of_identical_til
     assert len(set(seeds)) == 4  # the repeats of `a` get seeds of their own
     # Groups do not see each other: the same tile first in its own group has the content seed again
     assert _grouped_tile_seeds(tiles, [(4, 4)] * 4, [2, 2], seed=7, step=2)[2:] == tile_seeds(tiles[2:], 7, 2)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Padded patch rows addressed by position ids (Gemma 4)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def gemma4_batch(sizes, seed=0, **call):
+    """Random RGB images through transformers' real `Gemma4ImageProcessor` (its class defaults: patch 16,
+    280 soft tokens, pooling 3, no normalisation)."""
+    from PIL import Image
+    from transformers.models.gemma4.image_processing_gemma4 import Gemma4ImageProcessor
+
+    rng = np.random.default_rng(seed)
+    images = [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for h, w in sizes]
+    processor = Gemma4ImageProcessor()
+    out = processor(images, return_tensors="pt", **call)
+    return out["pixel_values"], out["image_position_ids"], processor
+
+
+def test_positioned_layout_puts_the_processors_own_image_back_together():
+    """Without a resize the processor only rescales and cuts: reassembling its rows gives the image it was handed,
+    and cutting that again gives its rows in its order."""
+    from PIL import Image
+    from transformers.models.gemma4.image_processing_gemma4 import Gemma4ImageProcessor
+
+    from vepo_trl.perturb import PositionedPatchLayout
+
+    rng = np.random.default_rng(1)
+    array = rng.integers(0, 256, (96, 144, 3), dtype=np.uint8)  # 6 x 9 patches of 16
+    processor = Gemma4ImageProcessor()
+    out = processor([Image.fromarray(array)], return_tensors="pt", do_resize=False)
+    layout = PositionedPatchLayout.from_image_processor(processor)
+    assert (layout.image_mean, layout.image_std, layout.patch_size) == ((0.0,) * 3, (1.0,) * 3, 16)
+    real, columns, rows = layout.real_rows(out["image_position_ids"][0])
+    assert int(real.sum()) == 54 and not real[54:].any()
+    image = layout.to_image(out["pixel_values"][0][real], columns, rows)
+    expected = torch.from_numpy(array).permute(2, 0, 1).float() / 255
+    assert torch.allclose(image, expected, atol=1e-6)
+    assert torch.equal(layout.to_rows(image, columns, rows), out["pixel_values"][0][real])
+
+
+@pytest.mark.parametrize("name", ALL_PERTURBATIONS)
+def test_positioned_layout_perturbs_real_patches_only_and_alone_as_batched(name):
+    from vepo_trl.perturb import PositionedPatchLayout
+
+    pixel_values, positions, processor = gemma4_batch([(300, 500), (200, 200), (120, 640)])
+    layout = PositionedPatchLayout.from_image_processor(processor)
+    out = perturb_pixel_values(name, pixel_values, None, layout, seed=3, step=2, image_position_ids=positions)
+    assert out.shape == pixel_values.shape and out.dtype == pixel_values.dtype
+    padding = (positions < 0).any(-1)
+    assert padding.any() and torch.equal(out[padding], pixel_values[padding])
+    assert not torch.equal(out[~padding], pixel_values[~padding])
+    for index in range(3):
+        # Alone, the image is perturbed exactly as in the batch (the padded length is the same for every image)
+        alone = perturb_pixel_values(
+            name, pixel_values[index : index + 1], None, layout, seed=3, step=2,
+            image_position_ids=positions[index : index + 1],
+        )  # fmt: skip
+        assert torch.equal(alone[0], out[index])
+        # And as one whole image `(C, H, W)` under an ImageLayout with the same statistics: same seed, same result
+        real, columns, rows = layout.real_rows(positions[index])
+        image = layout.to_image(pixel_values[index][real], columns, rows)
+        as_tile = perturb_pixel_values(name, image[None], None, layout.image_layout, seed=3, step=2)[0]
+        assert torch.equal(layout.to_rows(as_tile, columns, rows), out[index][real])
+
+
+def test_positioned_layout_blacks_out_whole_patches_and_gives_identical_images_identical_noise():
+    from vepo_trl.perturb import PositionedPatchLayout
+
+    pixel_values, positions, processor = gemma4_batch([(256, 256), (256, 256)], seed=4)
+    pixel_values[1], positions[1] = pixel_values[0], positions[0]  # the same image twice (G rollouts of a prompt)
+    layout = PositionedPatchLayout.from_image_processor(processor)
+    out = perturb_pixel_values(
+        "patch_blackout", pixel_values, None, layout, seed=0, image_position_ids=positions, patch_probability=0.5
+    )
+    real = (positions[0] >= 0).all(-1)
+    before, after = pixel_values[0][real], out[0][real]
+    black = (after == 0).all(-1)
+    # Every 16x16 patch (one row) either untouched or entirely black; about half of them black
+    assert torch.equal(after[~black], before[~black]) and 0.35 < float(black.float().mean()) < 0.65
+    assert torch.equal(out[0], out[1])
+    noisy = perturb_pixel_values("diffusion", pixel_values, None, layout, seed=0, image_position_ids=positions)
+    assert torch.equal(noisy[0], noisy[1])
+    other = perturb_pixel_values("diffusion", pixel_values, None, layout, seed=0, step=1, image_position_ids=positions)
+    assert not torch.equal(other[0], noisy[0])  # another step, another draw
+
+
+def test_positioned_layout_refuses_inputs_it_cannot_place():
+    from vepo_trl.perturb import PositionedPatchLayout
+
+    pixel_values, positions, processor = gemma4_batch([(200, 200)])
+    layout = PositionedPatchLayout.from_image_processor(processor)
+    with pytest.raises(ValueError, match="need their image_position_ids"):
+        perturb_pixel_values("diffusion", pixel_values, None, layout)
+    with pytest.raises(ValueError, match=r"Expected pixel_values \(n_images, max_patches, 768\)"):
+        perturb_pixel_values("diffusion", pixel_values[0], None, layout, image_position_ids=positions)
+    doubled = positions.clone()
+    doubled[0, 1] = doubled[0, 0]  # two rows claiming one cell
+    with pytest.raises(ValueError, match="each cell once expected"):
+        perturb_pixel_values("diffusion", pixel_values, None, layout, image_position_ids=doubled)

@@ -38,6 +38,7 @@ from .utils import stable_seed
 __all__ = [
     "PixelLayout",
     "ImageLayout",
+    "PositionedPatchLayout",
     "tile_seeds",
     "PERTURBATIONS",
     "register_perturbation",
@@ -190,6 +191,64 @@ class ImageLayout:
         mask = torch.zeros((height, width), dtype=torch.bool, device=tile.device)
         mask[: height // p * p, : width // p * p] = drop.repeat_interleave(p, 0).repeat_interleave(p, 1)
         return mask.unsqueeze(0)
+
+
+@dataclass(frozen=True)
+class PositionedPatchLayout:
+    """`pixel_values` `(n_images, max_patches, P * P * C)`: each image's `P x P` patches as rows (channels last within a
+    row), zero-padded to one count for every image, with `image_position_ids` `(n_images, max_patches, 2)` the only
+    record of where each row lies: its (column, row) on the image's patch grid, -1 for a padding row (Gemma 4).
+
+    The unit a perturbation sees is the image put back together from its real rows, `(C, rows * P, cols * P)`, so noise
+    and dropped patches land on the model's own patch grid; padding rows stay as they are. The padded length is the
+    processor's (`max_soft_tokens` x pooling^2), the same for every image, so an image is perturbed alike alone and in
+    any batch."""
+
+    image_mean: tuple[float, ...] = (0.0, 0.0, 0.0)
+    image_std: tuple[float, ...] = (1.0, 1.0, 1.0)
+    patch_size: int = 16
+
+    @classmethod
+    def from_image_processor(cls, image_processor) -> PositionedPatchLayout:
+        mean, std = _stats_of(image_processor)
+        return cls(image_mean=mean, image_std=std, patch_size=int(image_processor.patch_size))
+
+    @property
+    def channels(self) -> int:
+        return len(self.image_mean)
+
+    @property
+    def row_size(self) -> int:
+        return self.channels * self.patch_size**2
+
+    @property
+    def image_layout(self) -> ImageLayout:
+        """What the perturbations read for one reassembled image: its statistics and patch size."""
+        return ImageLayout(image_mean=self.image_mean, image_std=self.image_std, patch_size=self.patch_size)
+
+    def real_rows(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """For one image's `(max_patches, 2)` positions: the mask of its real rows and their columns and rows."""
+        real = (positions >= 0).all(-1)
+        return real, positions[real, 0].long(), positions[real, 1].long()
+
+    def to_image(self, rows: torch.Tensor, columns: torch.Tensor, grid_rows: torch.Tensor) -> torch.Tensor:
+        """One image's real rows `(n, P * P * C)` -> the image `(C, H, W)` they were cut from."""
+        p, c = self.patch_size, self.channels
+        height, width = int(grid_rows.max()) + 1, int(columns.max()) + 1
+        if rows.shape[0] != height * width or len(set(zip(grid_rows.tolist(), columns.tolist()))) != rows.shape[0]:
+            raise ValueError(
+                f"image_position_ids place {rows.shape[0]} patches on a {height} x {width} grid: each cell once expected."
+            )
+        image = rows.new_zeros(c, height, p, width, p)
+        # The two index tensors around a slice put the patch dimension first: (n, C, P, P)
+        image[:, grid_rows, :, columns, :] = rows.view(-1, p, p, c).permute(0, 3, 1, 2)
+        return image.view(c, height * p, width * p)
+
+    def to_rows(self, image: torch.Tensor, columns: torch.Tensor, grid_rows: torch.Tensor) -> torch.Tensor:
+        """Inverse of `to_image`: the image's patches as rows in the order `columns` / `grid_rows` give."""
+        p, c = self.patch_size, self.channels
+        cells = image.reshape(c, image.shape[-2] // p, p, image.shape[-1] // p, p)[:, grid_rows, :, columns, :]
+        return cells.permute(0, 2, 3, 1).reshape(-1, p * p * c)
 
 
 def _crop_size(image_processor) -> tuple[int, int]:
@@ -549,17 +608,44 @@ def letterbox_boxes(pixel_values, layout: ImageLayout, image_sizes) -> list | No
     return boxes
 
 
+def _perturb_positioned(fn, pixel_values, layout: PositionedPatchLayout, positions, seed, step, params):
+    """Each image of a `PositionedPatchLayout` batch put back together from its real rows, perturbed as one tile
+    (seeded from its content, as `tile_seeds`), and cut into the same rows again; padding rows untouched."""
+    if positions is None:
+        raise ValueError("pixel_values of padded patch rows need their image_position_ids.")
+    expected = (pixel_values.shape[0], pixel_values.shape[1], 2) if pixel_values.ndim == 3 else None
+    if pixel_values.ndim != 3 or pixel_values.shape[-1] != layout.row_size or tuple(positions.shape) != expected:
+        raise ValueError(
+            f"Expected pixel_values (n_images, max_patches, {layout.row_size}) and image_position_ids "
+            f"(n_images, max_patches, 2), got {tuple(pixel_values.shape)} and {tuple(positions.shape)}."
+        )
+    tile_layout = layout.image_layout
+    out = pixel_values.clone()
+    for index in range(pixel_values.shape[0]):
+        real, columns, grid_rows = layout.real_rows(positions[index].to(pixel_values.device))
+        if not bool(real.any()):
+            continue  # an image slot with no patch
+        image = layout.to_image(pixel_values[index][real], columns, grid_rows)
+        generator = torch.Generator(device=pixel_values.device).manual_seed(
+            _content_seed(seed, step, _tile_content(image))
+        )
+        perturbed = fn(image, None, tile_layout, generator, **params)
+        out[index, real] = layout.to_rows(perturbed, columns, grid_rows).to(out.dtype)
+    return out
+
+
 def perturb_pixel_values(
     name: str,
     pixel_values: torch.Tensor,
     image_grid_thw: torch.Tensor | None,
-    layout: PixelLayout | ImageLayout | None = None,
+    layout: PixelLayout | ImageLayout | PositionedPatchLayout | None = None,
     *,
     seed: int = 0,
     step: int = 0,
     image_sizes: torch.Tensor | None = None,
     tile_groups: list[int] | None = None,
     pixel_attention_mask: torch.Tensor | None = None,
+    image_position_ids: torch.Tensor | None = None,
     **params,
 ) -> torch.Tensor:
     """Perturb every image in a batch's `pixel_values` with the named perturbation.
@@ -569,13 +655,17 @@ def perturb_pixel_values(
     are `(..., C, H, W)` tiles, each perturbed on its own (`image_grid_thw` is not used; `image_sizes` `(n, 2)` crops
     each image's padding off when the layout says so, Mistral3 / Pixtral; `tile_groups` counts the tiles of each
     response in a flat tile tensor, InternVL's `num_tiles`, so that each tile is seeded from its image and its
-    position there; `pixel_attention_mask` marks each tile's real pixels where the layout crops by it, Idefics2).
+    position there; `pixel_attention_mask` marks each tile's real pixels where the layout crops by it, Idefics2). With
+    a `PositionedPatchLayout` (Gemma 4), `pixel_values` are padded patch rows `(n_images, max_patches, row_size)` and
+    `image_position_ids` says where each lies (-1: padding).
     `params` go to the
     perturbation (`noise_step`, `sigma`, `patch_probability`); ones it does not use are ignored. Returns a new tensor
     of the same shape and dtype.
     """
     layout = layout or PixelLayout()
     fn = get_perturbation(name)
+    if isinstance(layout, PositionedPatchLayout):
+        return _perturb_positioned(fn, pixel_values, layout, image_position_ids, seed, step, params)
     if isinstance(layout, ImageLayout):
         return _perturb_tiles(
             fn, pixel_values, layout, image_sizes, seed, step, params, tile_groups, pixel_attention_mask

@@ -5,9 +5,10 @@ run samples exactly the same completions: the step times then differ only by wha
 still runs). The runs alternate in rounds, and every ratio is taken WITHIN a round (method A's median step time over
 method B's in the same round); the figure quoted is the median of the per-round ratios, with their min and max. Load
 that hits one round (another job on the machine) then shows as a wide spread, never as one method's cost: a pooled
-median across rounds would read a loaded VEPO round against an unloaded GRPO round. For each method the script also
-prints the median step time (generation, rewards, forward, backward, optimiser), the model forwards per step outside
-generation, and the perturbed forwards per sampled completion.
+median across rounds would read a loaded VEPO round against an unloaded GRPO round. The order of the methods rotates
+from round to round (each first once in three). For each method the script also prints the median step time
+(generation, rewards, forward, backward, optimiser), the model forwards per step outside generation, and the perturbed
+forwards per sampled completion.
 
     python benchmarks/bench_step.py                   # about one minute on 2 CPU cores
     python benchmarks/bench_step.py --steps 30 --rounds 5
@@ -127,7 +128,10 @@ def main() -> None:
         model_dir = str(save_tiny_qwen2_5_vl(os.path.join(tmp, "tiny")))
         dataset = synthetic_training_dataset(64, seed=0)
         for round_index in range(args.rounds):
-            for name in METHODS:
+            # The order rotates over the rounds (each method first once in three), so whatever warms up within a
+            # round does not land on one method
+            names = list(METHODS)
+            for name in names[round_index % len(names) :] + names[: round_index % len(names)]:
                 run = run_method(name, model_dir, dataset, os.path.join(tmp, f"{name}-{round_index}"), args)
                 results[name]["round_medians"].append(statistics.median(run["times"]))
                 results[name]["loss_forwards_per_step"].append(run["loss_forwards_per_step"])

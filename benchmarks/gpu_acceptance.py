@@ -17,7 +17,10 @@ Sections, each a separate process (a crash in one is reported, the rest still ru
 - `real_width`  `real_width_check.py --device cuda`: a 7B-wide model (vocabulary 152,064) trained one LoRA step in
                 bf16, its signals against a float64 full-logits reference.
 - `launch:*`    `accelerate launch --num_processes 1` with each of `recipes/accelerate_configs/*.yaml` on the tiny
-                recipe, a few steps each, through `launch_probe.py`, which reports what accelerate really ran.
+                recipe through `launch_probe.py`, which reports what accelerate really ran: three steps saving at step
+                2, then the same command in a folder holding only that run's record and checkpoint-2 (a run stopped
+                after its second step), which resumes to step 3; its weights must equal the uninterrupted run's (bit
+                for bit on the CPU; on a GPU within 5% of what step 3 moved them, the noise of its atomics).
 
     python benchmarks/gpu_acceptance.py                     # CUDA; prints a table and a final JSON line
     python benchmarks/gpu_acceptance.py --cpu --quick       # the same sections on the CPU, small (what CI runs)
@@ -34,6 +37,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -52,6 +56,9 @@ TINY_RECIPE = ROOT / "recipes" / "tiny" / "config_vepo.yaml"
 EXPECTED = {"ddp": ("MULTI_GPU", None), "fsdp": ("FSDP", None), "zero2": ("DEEPSPEED", 2), "zero3": ("DEEPSPEED", 3)}
 # Signal pass against float64 at a 152K vocabulary (nats): fp32 accumulation alone gives ~2e-4 in the entropy
 SIGNAL_TOLERANCE = {"bf16": 1e-2, "fp32": 1e-3}
+# A resumed run against the uninterrupted one on a GPU, as a fraction of what step 3 moved the weights: the run is the
+# same, but atomics in the backward (embedding gradients, reductions) add in another order
+RESUME_TOLERANCE = 0.05
 
 
 @dataclass
@@ -63,6 +70,9 @@ class Section:
     timeout: float = 300.0
     alone: bool = False  # timed: nothing else runs beside it
     skip: str | None = None
+    # Commands run after `argv` succeeds, in order, within the same timeout: (prepare, argv, extra env), where
+    # `prepare` (or None) runs first in this process
+    then: list[tuple] = field(default_factory=list)
 
 
 @dataclass
@@ -208,13 +218,75 @@ def parse_real_width(output, returncode, cpu):
     return ("ok" if ok else "FAIL"), summary, figures
 
 
-def make_parse_launch(config: str, report_path: Path):
+def compare_resumed(straight: Path, resumed: Path, checkpoint: Path) -> dict:
+    """The resumed run's saved weights against the uninterrupted run's, and how far step 3 moved them (the
+    uninterrupted run's final weights against its checkpoint-2, where that holds the weights as safetensors)."""
+    from safetensors.torch import load_file
+
+    def weights(folder: Path) -> dict:
+        tensors = {}
+        for path in sorted(folder.glob("*.safetensors")):
+            tensors.update(load_file(str(path)))
+        return tensors
+
+    def max_diff(a: dict, b: dict) -> float:
+        return max((float((a[k].double() - b[k].double()).abs().max()) for k in a if a[k].numel()), default=0.0)
+
+    final, again, before = weights(straight), weights(resumed), weights(checkpoint)
+    if not final or final.keys() != again.keys():
+        return {"tensors": len(final), "same_names": False}
+    return {
+        "tensors": len(final),
+        "same_names": True,
+        "equal_tensors": sum(torch_equal(final[k], again[k]) for k in final),
+        "max_abs_diff": max_diff(final, again),
+        "step3_moved": max_diff(final, before) if before.keys() == final.keys() else None,
+    }
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))
+
+
+def resume_problem(resume: dict, cpu: bool) -> str | None:
+    if not resume.get("same_names"):
+        return f"resumed model's tensors differ in names from the uninterrupted run's ({resume.get('tensors')})"
+    if resume["max_abs_diff"] == 0.0:
+        return None if resume["step3_moved"] != 0.0 else "step 3 moved no weight, so the resume proves nothing"
+    if cpu:
+        return f"resumed weights differ from the uninterrupted run's by {resume['max_abs_diff']:.1e}"
+    moved = resume["step3_moved"]
+    if moved is None or resume["max_abs_diff"] > RESUME_TOLERANCE * moved:
+        return (
+            f"resumed weights differ from the uninterrupted run's by {resume['max_abs_diff']:.1e}"
+            f" (step 3 moved them {moved if moved is None else f'{moved:.1e}'})"
+        )
+    return None
+
+
+def make_parse_launch(config: str, report_path: Path, resume_dirs: tuple[Path, Path] | None = None):
     def parse(output, returncode, cpu):
         try:
             data = json.loads(report_path.read_text())
         except (OSError, json.JSONDecodeError):
             return "FAIL", f"exit {returncode}, no report", {}
         problems = []
+        resumed = None
+        if resume_dirs is not None:
+            straight, again = resume_dirs
+            resumed_report = again.with_suffix(".json")
+            if not resumed_report.is_file():
+                problems.append("the resumed run wrote no report")
+            else:
+                data["resumed"] = resumed = json.loads(resumed_report.read_text())
+                data["resume"] = compare_resumed(straight, again, straight / "checkpoint-2")
+                problem = resume_problem(data["resume"], cpu)
+                if problem:
+                    problems.append(problem)
+                if resumed.get("steps_this_process") != [3]:
+                    problems.append(f"the resumed run ran steps {resumed.get('steps_this_process')}, not step 3 alone")
         expected_type, expected_stage = EXPECTED.get(config, (None, None))
         if (
             not cpu
@@ -237,6 +309,14 @@ def make_parse_launch(config: str, report_path: Path):
             f"{data['device']}: {data['global_step']} steps, loss {data['losses'][-1] if data['losses'] else None}, "
             f"saved {', '.join(data['saved']) or 'nothing'}"
         )
+        resume = data.get("resume") or {}
+        if resumed is not None and resume.get("same_names"):
+            moved = resume["step3_moved"]
+            summary += (
+                f"; resumed at 2 to {resumed['global_step']}: {resume['equal_tensors']} of {resume['tensors']} tensors "
+                f"equal, max diff {resume['max_abs_diff']:.1e}"
+                + (f" (step 3 moved {moved:.1e})" if moved is not None else "")
+            )
         if problems:
             summary += "; " + "; ".join(problems)
         return ("FAIL" if problems else "ok"), summary, data
@@ -326,23 +406,38 @@ def sections(cpu: bool, quick: bool, scratch: Path) -> list[Section]:
             skip = "accelerate runs DeepSpeed on an accelerator only"
         elif deepspeed and importlib.util.find_spec("deepspeed") is None:
             skip = "deepspeed is not installed (benchmarks/gpu_prepare.py carries it)"
-        output_dir = scratch / f"launch-{name}"
+        output_dir, again = scratch / f"launch-{name}", scratch / f"launch-{name}-resumed"
         report = scratch / f"launch-{name}.json"
-        argv = [py, "-m", "accelerate.commands.launch", "--config_file", str(config), "--num_processes", "1",
-                "--main_process_port", str(port)]  # fmt: skip
-        if cpu:
-            argv += ["--cpu", "--mixed_precision", "no"]
-        argv += [str(BENCH / "launch_probe.py"), "--config", str(TINY_RECIPE), "--output_dir", str(output_dir),
-                 "--max_steps", "3", "--logging_steps", "1", "--synthetic_rows", "16", "--selection_samples_steps", "0",
-                 "--disable_tqdm", "true", "--attn_implementation", attention]  # fmt: skip
-        argv += ["--use_cpu", "true", "--bf16", "false"] if cpu else ["--use_cpu", "false", "--bf16", "true"]
+
+        def launch(folder, config=config, port=port):
+            argv = [py, "-m", "accelerate.commands.launch", "--config_file", str(config), "--num_processes", "1",
+                    "--main_process_port", str(port)]  # fmt: skip
+            if cpu:
+                argv += ["--cpu", "--mixed_precision", "no"]
+            # A reward that varies on the random model, so that every step moves the weights
+            argv += [str(BENCH / "launch_probe.py"), "--config", str(TINY_RECIPE), "--output_dir", str(folder),
+                     "--max_steps", "3", "--save_strategy", "steps", "--save_steps", "2", "--logging_steps", "1",
+                     "--synthetic_rows", "16", "--selection_samples_steps", "0", "--disable_tqdm", "true",
+                     "--reward_funcs", "launch_probe_length", "--reward_weights", "1.0",
+                     "--attn_implementation", attention]  # fmt: skip
+            return argv + (
+                ["--use_cpu", "true", "--bf16", "false"] if cpu else ["--use_cpu", "false", "--bf16", "true"]
+            )
+
+        def stopped_after_step_2(straight=output_dir, folder=again):
+            # What a run killed after its second step leaves: its record and checkpoint-2
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.copy(straight / "vepo_run.json", folder)
+            shutil.copytree(straight / "checkpoint-2", folder / "checkpoint-2")
+
         plan.append(
             Section(
                 f"launch:{name}",
-                argv,
-                make_parse_launch(name, report),
+                launch(output_dir),
+                make_parse_launch(name, report, (output_dir, again)),
                 env={"VEPO_LAUNCH_REPORT": str(report)},
                 skip=skip,
+                then=[(stopped_after_step_2, launch(again), {"VEPO_LAUNCH_REPORT": str(again.with_suffix(".json"))})],
             )  # fmt: skip
         )
     return plan
@@ -355,23 +450,35 @@ def run_section(section: Section, cpu: bool, threads: int, deadline: float) -> R
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(threads), **section.env}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     start = time.monotonic()
-    process = subprocess.Popen(section.argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)  # fmt: skip
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)  # accelerate's children too
-        output, _ = process.communicate()
-        seconds = time.monotonic() - start
-        return Result(section.name, "timeout", seconds, f"stopped after {seconds:.0f} s", {}, output)
+    output, returncode = "", 0
+    for prepare, argv, extra in [(None, section.argv, {}), *section.then]:
+        if prepare is not None:
+            try:
+                prepare()
+            except OSError as error:  # what the step before should have left is missing: the section fails
+                output, returncode = output + f"\n{type(error).__name__}: {error}\n", 1
+                break
+        process = subprocess.Popen(argv, cwd=ROOT, env={**env, **extra}, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+        try:
+            out, _ = process.communicate(timeout=max(1.0, timeout - (time.monotonic() - start)))
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)  # accelerate's children too
+            output += process.communicate()[0]
+            seconds = time.monotonic() - start
+            return Result(section.name, "timeout", seconds, f"stopped after {seconds:.0f} s", {}, output)
+        output += out
+        returncode = process.returncode
+        if returncode:
+            break
     seconds = time.monotonic() - start
     try:
-        status, summary, figures = section.parse(output, process.returncode, cpu)
+        status, summary, figures = section.parse(output, returncode, cpu)
     except Exception as error:  # a changed output format is a failure to report, not a crash of the whole run
         status, summary, figures = "FAIL", f"unreadable output ({type(error).__name__}: {error})", {}
     if status == "FAIL" and summary == "no result":
         tail = [line for line in output.strip().splitlines() if line.strip()][-1:] or [""]
-        summary = f"exit {process.returncode}: {tail[0][:160]}"
+        summary = f"exit {returncode}: {tail[0][:160]}"
     return Result(section.name, status, seconds, summary, figures, output)
 
 

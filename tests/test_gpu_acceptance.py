@@ -159,6 +159,42 @@ def test_acceptance_launch_fails_when_accelerate_ran_something_else(acceptance, 
     assert acceptance.make_parse_launch("ddp", tmp_path / "absent.json")("", 1, False)[0] == "FAIL"
 
 
+def _resume_folders(tmp_path, final, resumed, checkpoint, steps=(3,)):
+    """The files a launch section leaves: the uninterrupted run's model and checkpoint-2, the resumed run's model and
+    report (each weight a single-tensor model here)."""
+    import torch
+    from safetensors.torch import save_file
+
+    straight, again = tmp_path / "straight", tmp_path / "again"
+    (straight / "checkpoint-2").mkdir(parents=True)
+    again.mkdir()
+    save_file({"w": torch.tensor([final])}, str(straight / "model.safetensors"))
+    save_file({"w": torch.tensor([checkpoint])}, str(straight / "checkpoint-2" / "model.safetensors"))
+    save_file({"w": torch.tensor([resumed])}, str(again / "model.safetensors"))
+    report = json.loads(_launch_report(tmp_path).read_text())
+    again.with_suffix(".json").write_text(json.dumps({**report, "steps_this_process": list(steps)}))
+    return straight, again
+
+
+@pytest.mark.parametrize(
+    "final, resumed, checkpoint, steps, cpu, verdict",
+    [
+        (1.0, 1.0, 0.5, (3,), True, "ok"),  # bit for bit
+        (1.0, 1.0 + 1e-7, 0.5, (3,), True, "FAIL"),  # the CPU is deterministic: any difference fails
+        (1.0, 1.0 + 1e-3, 0.5, (3,), False, "ok"),  # a GPU's atomics: within 5% of step 3's move
+        (1.0, 1.1, 0.5, (3,), False, "FAIL"),  # 20% of it: not the same run
+        (1.0, 1.0, 0.5, (1, 2, 3), True, "FAIL"),  # trained from step 1 again: equal weights prove nothing
+        (1.0, 1.0, 1.0, (3,), True, "FAIL"),  # step 3 moved nothing: neither does the comparison
+    ],
+)  # fmt: skip
+def test_acceptance_launch_fails_when_the_resumed_run_differs(acceptance, tmp_path, final, resumed, checkpoint, steps,
+                                                               cpu, verdict):  # fmt: skip
+    folders = _resume_folders(tmp_path, final, resumed, checkpoint, steps)
+    status, summary, figures = acceptance.make_parse_launch("fsdp", _launch_report(tmp_path), folders)("", 0, cpu)
+    assert status == verdict, summary
+    assert "resume" in figures and summary.count("resumed") >= 1
+
+
 def test_acceptance_bench_fails_over_the_overhead_bound_on_a_gpu(acceptance):
     method = {"step": 1.0, "compute_loss": 0.5, "peak_memory_gb": 16.0, "perturbed_forward": 0.2}
     data = {
@@ -223,4 +259,10 @@ def test_acceptance_cpu_quick_runs_every_section(tmp_path):
     )
     assert set(sections["bench"]["figures"]["share_of_rl_step"]["32"]) == {"over_grpo", "over_entropy"}
     assert sections["launch:ddp"]["figures"]["global_step"] == 3
+    # Each launch resumed at step 2 ran step 3 alone and ended on the uninterrupted run's weights, which step 3 moved
+    for name in ("launch:ddp", "launch:fsdp"):
+        figures = sections[name]["figures"]
+        assert figures["resumed"]["steps_this_process"] == [3]
+        assert figures["resume"]["equal_tensors"] == figures["resume"]["tensors"] > 0
+        assert figures["resume"]["max_abs_diff"] == 0.0 < figures["resume"]["step3_moved"]
     assert (tmp_path / "acceptance.log").stat().st_size > 0

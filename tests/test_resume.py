@@ -107,6 +107,47 @@ def test_resume_equals_the_uninterrupted_run(model_dirs, dataset, tmp_path, fami
         assert report is None
 
 
+def test_resume_after_the_first_epoch_reads_the_rows_of_the_uninterrupted_run(model_dirs, dataset, tmp_path):
+    """Two prompts, one per step: checkpoint-2 ends the first epoch and steps 3 and 4 are the second. TRL's sampler
+    drew epoch 0's order again on resume (step 3 then trained on step 1's prompt): equal now (`epoch_aware`)."""
+    two = dataset.select(range(2))
+    straight = train(model_dirs["qwen2.5-vl"], two, tmp_path / "straight")
+    assert [entry["epoch"] for entry in straight.state.log_history if "loss" in entry] == [0.5, 1.0, 1.5, 2.0]
+    resumed = train(
+        model_dirs["qwen2.5-vl"], two, tmp_path / "resumed", resume=str(tmp_path / "straight" / "checkpoint-2")
+    )
+    assert_same_run(straight, resumed)
+
+
+def test_upstream_repeat_sampler_restarts_its_order_on_resume():
+    """TRL 1.16's RepeatSampler has no `set_epoch`: a new one (what a resumed run builds) gives epoch 0's order for
+    any epoch. `epoch_aware` draws the skipped epochs' orders; when this test fails, TRL has fixed it (or renamed the
+    sampler): `epoch_aware` then leaves the sampler alone and can go."""
+    from trl.trainer.utils import RepeatSampler
+
+    from vepo_trl.checkpoint import epoch_aware
+
+    def sampler():
+        return RepeatSampler(list(range(6)), mini_repeat_count=2, batch_size=3, repeat_count=1, seed=0)
+
+    assert not hasattr(RepeatSampler, "set_epoch")
+    straight = sampler()
+    epochs = [list(straight) for _ in range(3)]
+    assert epochs[0] != epochs[1] != epochs[2]
+    assert list(sampler()) == epochs[0]  # a resumed run's epoch 2, unguarded
+    for epoch in range(3):
+        resumed = epoch_aware(sampler())
+        resumed.set_epoch(epoch)
+        assert list(resumed) == epochs[epoch] and len(resumed) == len(straight)
+    # An uninterrupted run through the guard: set_epoch before each pass draws nothing more
+    guarded = epoch_aware(sampler())
+    seen = []
+    for epoch in range(3):
+        guarded.set_epoch(epoch)
+        seen.append(list(guarded))
+    assert seen == epochs
+
+
 def _tied(model):
     state = model.state_dict()
     return len(state) - len({(t.data_ptr(), tuple(t.shape)) for t in state.values()})

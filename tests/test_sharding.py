@@ -5,7 +5,8 @@
 - `VEPOTrainer` itself under DDP, FSDP1, FSDP2, DeepSpeed ZeRO-2 and ZeRO-3, through accelerate's and TRL's own
   sharding code (`trainer_ranks.py`: accelerate never gives FSDP or DeepSpeed to a CPU run; a few test-only lines
   make it): a text-only process beside one with images, gradient accumulation 2, rollout-time scoring, fixed
-  completions and SGD, against one process."""
+  completions and SGD, against one process.
+- A sharded run saved at step 2 and resumed on a fresh launch against the uninterrupted run (`resume_ranks.py`)."""
 
 import json
 import os
@@ -21,6 +22,7 @@ from .test_distributed import free_port
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "distributed" / "sharded_ranks.py"
 TRAINER_SCRIPT = REPO / "tests" / "distributed" / "trainer_ranks.py"
+RESUME_SCRIPT = REPO / "tests" / "distributed" / "resume_ranks.py"
 
 
 def run_sharded(tmp_path, model_dir, mode, align):
@@ -254,3 +256,34 @@ def test_a_run_whose_fsdp2_checkpoints_could_not_resume_is_refused_in_one_line(e
             VEPOConfig(output_dir=str(tmp_path), use_cpu=True, **settings)
     else:
         VEPOConfig(output_dir=str(tmp_path), use_cpu=True, **settings)
+
+
+def _resume_launch(output, model_dir, mode, environment, checkpoint=None):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), **environment}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+               str(free_port()), str(RESUME_SCRIPT), str(output), model_dir, mode, *([checkpoint] if checkpoint else [])]  # fmt: skip
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=output.parent, timeout=400)
+    except subprocess.TimeoutExpired as error:
+        pytest.fail(f"{mode} run hung:\n{(error.stderr or b'')[-3000:]}")
+    assert result.returncode == 0, result.stderr[-5000:]
+    return json.loads((output / "report.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("state_dict_type", ["FULL_STATE_DICT", "SHARDED_STATE_DICT"])
+def test_an_fsdp2_run_resumed_at_step_2_ends_on_the_uninterrupted_weights(tmp_path, tiny_model_dir, state_dict_type):
+    """What FSDP2's "Expected device to be set" is not: with an optimizer that keeps state (AdamW), a two-process
+    FSDP2 run saved at step 2 (the end of its first epoch) and resumed on a new launch trains step 3 alone and ends
+    bit for bit on the weights of the run that went on (the recipe's FULL_STATE_DICT and the sharded checkpoints the
+    refusal above points to). Before `epoch_aware`, step 3 replayed step 1's prompts."""
+    environment = {"FSDP_STATE_DICT_TYPE": state_dict_type}
+    straight = _resume_launch(tmp_path / "straight", tiny_model_dir, "fsdp2", environment)
+    assert (straight["distributed_type"], straight["fsdp_version"]) == ("DistributedType.FSDP", 2)
+    assert straight["state_dict_type"].endswith(state_dict_type), straight["state_dict_type"]
+    assert straight["steps_run"] == [1, 2, 3] and "checkpoint-2" in straight["checkpoints"]
+    checkpoint = str(tmp_path / "straight" / "checkpoint-2")
+    resumed = _resume_launch(tmp_path / "resumed", tiny_model_dir, "fsdp2", environment, checkpoint)
+    assert resumed["steps_run"] == [3]
+    assert resumed["losses"] == straight["losses"]
+    assert resumed["digest"] == straight["digest"]

@@ -11,6 +11,11 @@ Trainer's own load left keys missing (so the workaround does nothing once transf
 The name map comes from transformers' own inverse (`revert_weight_conversion`, what `save_pretrained` applies): each
 saved tensor is matched to the model tensor it was made from. A tensor that a converter rebuilds (merged or split
 experts) has no one-to-one name, and a checkpoint that still leaves a tensor unrestored is refused in one line.
+
+The data order is TRL's to restore, and TRL 1.16 does not: its `RepeatSampler` draws each epoch's order from one
+generator that advances with every pass and has no `set_epoch`, so a run resumed in epoch k >= 1 draws epoch 0's order
+again (and the Trainer then skips the wrong rows of it). `epoch_aware` gives the sampler a `set_epoch` that draws the
+orders of the epochs the resumed run did not see; in a run that was not resumed it draws nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ __all__ = [
     "RestoreReport",
     "RestoresCheckpointWeights",
     "SavesWholeCheckpoints",
+    "epoch_aware",
     "restore_weights",
     "saved_names",
     "save_failure",
@@ -144,12 +150,52 @@ def restore_weights(model: torch.nn.Module, folder: str, missing_after_trainer: 
     return report
 
 
+class _EpochAware:
+    """A TRL `RepeatSampler` that counts its passes and takes `set_epoch` (accelerate's data loader calls it before
+    each epoch): the orders of the epochs before `epoch` it has not drawn (a resumed run's) are drawn as its passes
+    would have drawn them; in a run that drew them itself it draws nothing."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+        self.passes = 0
+
+    def __iter__(self):
+        self.passes += 1
+        return iter(self.sampler)
+
+    def __len__(self):
+        return len(self.sampler)
+
+    def set_epoch(self, epoch: int) -> None:
+        while self.passes < epoch:
+            torch.randperm(self.sampler.num_samples, generator=self.sampler.generator)
+            self.passes += 1
+
+    def __getattr__(self, name):  # the rest is the sampler's (num_samples, shuffle, seed, generator, ...)
+        return getattr(self.sampler, name)
+
+
+def epoch_aware(sampler):
+    """`sampler` with a `set_epoch` that keeps a resumed run's data order the uninterrupted run's (see the module
+    docstring); the sampler itself where it already has one (TRL fixed), does not shuffle or is not TRL's."""
+    from trl.trainer.utils import RepeatSampler
+
+    if not isinstance(sampler, RepeatSampler) or hasattr(sampler, "set_epoch") or not sampler.shuffle:
+        return sampler
+    return _EpochAware(sampler)
+
+
 class RestoresCheckpointWeights:
     """Trainer mixin (ahead of `transformers.Trainer` in the bases): where the Trainer's own checkpoint load leaves
     weights missing, `restore_weights` sets them and `checkpoint_restore` reports the count. Nothing missing (a
-    transformers that loads its saved names itself, FSDP, DeepSpeed, LoRA adapters): it only passes the result on."""
+    transformers that loads its saved names itself, FSDP, DeepSpeed, LoRA adapters): it only passes the result on.
+    Its training sampler takes `set_epoch` (`epoch_aware`), so a run resumed past its first epoch reads the same rows
+    in the same order as the run that went on."""
 
     checkpoint_restore: RestoreReport | None = None
+
+    def _get_train_sampler(self, *args, **kwargs):
+        return epoch_aware(super()._get_train_sampler(*args, **kwargs))
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         self._checkpoint_being_loaded = (resume_from_checkpoint, model if model is not None else self.model)

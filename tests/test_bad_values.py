@@ -124,15 +124,15 @@ def test_combinations_are_refused_in_one_line(tmp_path, capsys, argv, needle):
 
 
 def test_a_model_family_without_an_adapter_is_refused_before_its_weights_load(tmp_path, capsys):
-    from transformers import Gemma4Config
+    from transformers import Lfm2VlConfig
 
-    model = tmp_path / "gemma-4"
-    Gemma4Config().save_pretrained(model)  # config.json only: any weight load would fail loudly
+    model = tmp_path / "lfm2-vl"
+    Lfm2VlConfig().save_pretrained(model)  # config.json only: any weight load would fail loudly
     (model / "processor_config.json").write_text("{}")
     argv = train_argv(tmp_path / "out", "--model_name_or_path", str(model))
     code, out, err = run_cli(argv, capsys)
     # The refusal names what blocks the family (`families.NOT_YET`)
-    assert_refused(code, err, "'gemma4' model", "no perturbation adapter", "image_position_ids", "qwen2.5-vl",
+    assert_refused(code, err, "'lfm2_vl' model", "no perturbation adapter", "spatial_shapes", "qwen2.5-vl",
                    "--selection_strategy entropy")  # fmt: skip
     assert not (tmp_path / "out").exists()
 

@@ -15,7 +15,14 @@ from trl import GRPOConfig, GRPOTrainer
 from vepo_trl import VEPOConfig, VEPOTrainer
 from vepo_trl.data import synthetic_training_dataset
 from vepo_trl.families import FAMILIES, family_of, get_family, pixel_layout, supported_families, trainable_families
-from vepo_trl.perturb import PERTURBATIONS, ImageLayout, PixelLayout, diffusion_alpha_bar, perturb_pixel_values
+from vepo_trl.perturb import (
+    PERTURBATIONS,
+    ImageLayout,
+    PixelLayout,
+    PositionedPatchLayout,
+    diffusion_alpha_bar,
+    perturb_pixel_values,
+)
 from vepo_trl.scoring import SELECTION_STRATEGIES
 from vepo_trl.testing import TINY_BUILDERS, build_tiny, save_tiny
 from vepo_trl.trainer import SELECTION_KEY
@@ -96,7 +103,7 @@ def test_families_every_family_has_a_tiny_model_and_its_classes():
 
 
 def test_families_unsupported_model_is_refused_in_one_line():
-    from transformers import BlipConfig, Gemma4Config
+    from transformers import BlipConfig, Lfm2VlConfig
 
     with pytest.raises(ValueError) as error:
         pixel_layout(BlipConfig(), None, "vepo")
@@ -107,8 +114,8 @@ def test_families_unsupported_model_is_refused_in_one_line():
         get_family("blip")
     # A model type TRL trains but VEPO cannot perturb yet: the refusal names what blocks it
     with pytest.raises(ValueError) as error:
-        pixel_layout(Gemma4Config(), None, "vepo")
-    assert "\n" not in str(error.value) and "'gemma4'" in str(error.value) and "image_position_ids" in str(error.value)
+        pixel_layout(Lfm2VlConfig(), None, "vepo")
+    assert "\n" not in str(error.value) and "'lfm2_vl'" in str(error.value) and "spatial_shapes" in str(error.value)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -418,7 +425,18 @@ def processed(family, images):
     sizes = {"image_sizes": encoded.get("image_sizes")}
     if getattr(layout, "crop_to_pixel_mask", False):
         sizes["pixel_attention_mask"] = encoded["pixel_attention_mask"]
+    if isinstance(layout, PositionedPatchLayout):  # Gemma 4: where each patch row lies, -1 for padding
+        sizes["image_position_ids"] = encoded["image_position_ids"]
     return encoded["pixel_values"], grid, layout, sizes
+
+
+def positioned_units(values, layout, sizes):
+    """Padded patch rows (Gemma 4) cut like `image_pixels`: the images' own rows in [0, 1] space `(rows, P * P, C)`,
+    and the padding rows as they are."""
+    real = (sizes["image_position_ids"] >= 0).all(-1)
+    rows = values[real].float().reshape(-1, layout.patch_size**2, layout.channels)
+    unit = rows * torch.tensor(layout.image_std) + torch.tensor(layout.image_mean)
+    return unit, values[~real]
 
 
 def random_image(width, height, seed):
@@ -491,6 +509,13 @@ def test_families_patch_blackout_blacks_out_exactly_the_models_patches(family):
         "patch_blackout", pixel_values, grid, layout, seed=3, step=1, patch_probability=0.5, **sizes
     )
     black = perturb_pixel_values("black_image", pixel_values, grid, layout, **sizes)
+    if isinstance(layout, PositionedPatchLayout):
+        # A real row is one of the model's 16-px patches: clean or entirely black; padding rows stay
+        real = (sizes["image_position_ids"] >= 0).all(-1)
+        kept, dropped = (out == pixel_values).all(-1), (out == black).all(-1)
+        assert bool(kept[~real].all()) and bool((kept | dropped)[real].all())
+        assert 0.3 < dropped[real].float().mean() < 0.7
+        return
     if isinstance(layout, PixelLayout):
         # A row is one of the model's patches: each row is the clean one or entirely black
         kept = (out == pixel_values).all(-1)
@@ -546,6 +571,9 @@ def test_families_diffusion_noise_is_the_same_in_image_space(family):
         # Both temporal copies of a still frame carry the same noise
         half = clean.shape[-1] // 2
         torch.testing.assert_close(noisy[..., :half], noisy[..., half:], atol=1e-5, rtol=0)
+    elif isinstance(layout, PositionedPatchLayout):
+        (clean, clean_rest), (noisy, noisy_rest) = (positioned_units(v, layout, sizes) for v in (pixel_values, out))
+        assert torch.equal(noisy_rest, clean_rest)  # padding rows untouched
     else:
         clean_own, clean_rest = image_pixels(pixel_values, pixel_values, layout, sizes)
         noisy_own, noisy_rest = image_pixels(out, pixel_values, layout, sizes)
@@ -572,6 +600,12 @@ def test_families_mean_image_and_gaussian(family):
         assert torch.equal(mean, torch.zeros_like(pixel_values))
         assert abs((noisy - pixel_values).std() - 2.0) < 0.05
         return
+    if isinstance(layout, PositionedPatchLayout):
+        real = (sizes["image_position_ids"] >= 0).all(-1)
+        assert torch.equal(mean[real], torch.zeros_like(pixel_values[real]))  # mean 0: Gemma 4 does not normalise
+        assert torch.equal(mean[~real], pixel_values[~real]) and torch.equal(noisy[~real], pixel_values[~real])
+        assert abs((noisy - pixel_values)[real].std() - 2.0) < 0.05
+        return
     clean_own, clean_rest = image_pixels(pixel_values, pixel_values, layout, sizes)
     mean_own, mean_rest = image_pixels(mean, pixel_values, layout, sizes)
     noisy_own, noisy_rest = image_pixels(noisy, pixel_values, layout, sizes)
@@ -596,7 +630,7 @@ def test_families_each_image_perturbed_alone_as_in_a_batch(family):
     for name in ("diffusion", "patch_blackout", "gaussian"):
         out_both = perturb_pixel_values(name, both, grid_both, layout, seed=5, step=1, **sizes_both)
         out_alone = perturb_pixel_values(name, alone, grid_alone, layout, seed=5, step=1, **sizes_alone)
-        if isinstance(layout, PixelLayout):
+        if isinstance(layout, (PixelLayout, PositionedPatchLayout)):  # rows, or one padded row set per image
             torch.testing.assert_close(out_both[: alone.shape[0]], out_alone, atol=0, rtol=0)
         else:
             own_alone = image_pixels(out_alone, alone, layout, sizes_alone)[0]
@@ -644,7 +678,7 @@ def test_families_rows_with_0_1_2_images_scored_alone_as_batched(family):
         flat = [image for images in rows for image in images]
         tiles = processor.image_processor(images=flat, crop_to_patches=True, return_tensors="pt")["num_patches"]
         batch["num_tiles"] = [int(group.sum()) for group in torch.split(torch.as_tensor(tiles), batch["num_images"])]
-    pixel_keys = ("pixel_values", "image_grid_thw", "pixel_attention_mask", "image_sizes")
+    pixel_keys = ("pixel_values", "image_grid_thw", "pixel_attention_mask", "image_sizes", "image_position_ids")
     with torch.no_grad():
         for index, images in enumerate(rows):
             alone = dict(processor(images=[images] if images else None, text=[texts[index]], return_tensors="pt"))
@@ -664,6 +698,7 @@ def test_families_rows_with_0_1_2_images_scored_alone_as_batched(family):
                             step=1,
                             image_sizes=pixels.get("image_sizes"),
                             pixel_attention_mask=pixels.get("pixel_attention_mask"),
+                            image_position_ids=pixels.get("image_position_ids"),
                         )
                     logits.append(model(**text_inputs, **pixels).logits[0, -3:])
                 torch.testing.assert_close(logits[1], logits[0], atol=1e-5, rtol=1e-5)

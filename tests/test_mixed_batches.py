@@ -20,7 +20,7 @@ from .test_trainer import first_batch
 # InternVL's tiles counted per response (`num_tiles`), GLM-4V patch rows of its own, Idefics2's per-row tiles padded
 # per pixel (`pixel_attention_mask`), Mistral 3's images padded to the batch's largest (`image_sizes`). PaliGemma
 # takes no text-only prompt (refused at start-up)
-FAMILIES = ["qwen2.5-vl", "gemma3", "smolvlm", "llava-next", "internvl", "glm4v", "idefics2", "mistral3"]
+FAMILIES = ["qwen2.5-vl", "gemma3", "smolvlm", "llava-next", "internvl", "glm4v", "idefics2", "mistral3", "gemma4"]
 # (gradient accumulation, steps_per_generation) in {1, 2, 4} x {1, 2}: slices of 2 responses, scored at first use or
 # at rollout
 ARITHMETIC = [(1, 1), (1, 2), (2, 1), (2, 2), (4, 1), (4, 2)]

@@ -41,6 +41,7 @@ from vepo_trl.perturb import (
     PERTURBATIONS,
     ImageLayout,
     PixelLayout,
+    PositionedPatchLayout,
     anyres_boxes,
     diffusion_alpha_bar,
     perturb_pixel_values,
@@ -71,7 +72,8 @@ class Real:
     # The processor takes images per prompt (nested lists) and lays `pixel_values` out one row per prompt
     per_prompt: bool = False
     # Which pixels are the image's own, the rest padding: "all", "pixel_mask" (`pixel_attention_mask`), "image_sizes"
-    # (each image's top-left `image_sizes`) or "anyres" (each crop's box inside the letterbox, zero crops after)
+    # (each image's top-left `image_sizes`), "anyres" (each crop's box inside the letterbox, zero crops after) or
+    # "positions" (patch rows whose `image_position_ids` are not -1)
     real: str = "all"
     # It cuts an image into tiles: a white page has identical ones
     tiles: bool = False
@@ -360,7 +362,7 @@ REAL: dict[str, Real] = {
     ),
     # google/gemma-4-e2b-it (the checkpoint transformers' Gemma 4 docstrings name): Gemma4ImageProcessor's class
     # defaults in transformers (not read from the Hub): patch_size 16, max_soft_tokens 280, pooling 3, no
-    # normalisation. Not a family yet (families.NOT_YET): skipped until it lands
+    # normalisation; Gemma4VisionConfig's patch_size 16 and pooling_kernel_size 3 (class defaults)
     "gemma4": Real(
         "google/gemma-4-e2b-it",
         "Gemma4ImageProcessor",
@@ -374,6 +376,7 @@ REAL: dict[str, Real] = {
         ),
         "Gemma4Config",
         {"vision_config": {"patch_size": 16, "pooling_kernel_size": 3}},
+        real="positions",
     ),
 }
 
@@ -506,6 +509,8 @@ def _encode(name: str, prompts: str, black: bool) -> Encoded:
     out = image_processor(images=images, return_tensors="pt", **entry.call)
     pixel_values = out["pixel_values"]
     options = {"image_sizes": out.get("image_sizes"), "pixel_attention_mask": out.get("pixel_attention_mask")}
+    if isinstance(layout, PositionedPatchLayout):
+        options["image_position_ids"] = out["image_position_ids"]
     if family.tiles_per_prompt:  # TRL's `num_tiles`: each prompt's tiles, counted by the image processor
         counts = torch.as_tensor(out["num_patches"]).split([len(prompt) for prompt in prompts])
         options["tile_groups"] = [int(count.sum()) for count in counts]
@@ -520,6 +525,9 @@ def real_pixels(entry: Real, layout, pixel_values: torch.Tensor, out) -> tuple[t
     everything = torch.ones_like(pixel_values, dtype=torch.bool)
     if isinstance(layout, PixelLayout) or entry.real == "all":
         return everything, ~everything
+    if entry.real == "positions":  # a row is the image's own or padding, as a whole
+        real = (out["image_position_ids"] >= 0).all(-1, keepdim=True).expand_as(pixel_values)
+        return real, ~real
     channels, height, width = pixel_values.shape[-3:]
     tiles = math.prod(pixel_values.shape[:-3])
     real = torch.ones(tiles, height, width, dtype=torch.bool)
@@ -567,6 +575,11 @@ def unit_channels(enc: Encoded, values: torch.Tensor) -> list[torch.Tensor]:
     if isinstance(layout, PixelLayout):
         unit = layout.to_unit(values)  # (rows, C, T * P * P)
         return [unit[:, c].flatten() for c in range(layout.channels)]
+    if isinstance(layout, PositionedPatchLayout):  # rows (images, max_patches, P * P * C), channels last
+        pixels = values.float().reshape(*values.shape[:2], -1, layout.channels)
+        rows = enc.real[..., 0]
+        return [(pixels[..., c] * layout.image_std[c] + layout.image_mean[c])[rows].flatten()
+                for c in range(layout.channels)]  # fmt: skip
     unit, real = layout.to_unit(tiles_of(values)), tiles_of(enc.real)
     return [unit[:, c][real[:, c]] for c in range(layout.channels)]
 
@@ -681,6 +694,16 @@ def patch_hits(name: str, enc: Encoded, out: torch.Tensor) -> tuple[int, int]:
     """Checks `out` changes whole model patches to black and nothing else; returns (patches changed, image
     patches)."""
     p = enc.patch
+    if isinstance(enc.layout, PositionedPatchLayout):
+        # A real row is one of the model's patches: the clean one or entirely black; padding rows never change
+        real = enc.real[..., 0]
+        kept = (out == enc.pixel_values).all(-1)
+        dropped = (
+            (torch.stack(unit_channels(enc, out)).abs() < 1e-5).view(enc.layout.channels, -1, p * p).all(0).all(-1)
+        )
+        assert bool(kept[~real].all()), "a padding row changed"
+        assert bool((kept[real] | dropped).all()), "a patch row changed in part"
+        return int(dropped.sum()), int(real.sum())
     if isinstance(enc.layout, PixelLayout):
         # A row is one of the model's patches: the clean one or entirely black
         kept = (out == enc.pixel_values).all(-1)
@@ -756,7 +779,7 @@ def test_real_processor_padding_stays_as_the_processor_made_it(name):
 def units(enc: Encoded) -> int:
     """How many units (patch rows, or tiles) a batch holds."""
     values = enc.pixel_values
-    return values.shape[0] if values.ndim == 2 else tiles_of(values).shape[0]
+    return values.shape[0] if values.ndim <= 3 else tiles_of(values).shape[0]
 
 
 def image_start(name: str, prompts, batch: Encoded, position: tuple[int, int]) -> int:
@@ -798,7 +821,7 @@ def test_real_processor_each_image_perturbed_alone_as_batched(name):
         for perturbation in (None, *perturbations):  # the processor's own pixels first
             expected = alone[image][perturbation]
             source = batch.pixel_values if perturbation is None else perturb(perturbation, batch, **params)
-            if expected.ndim == 2:
+            if expected.ndim <= 3:  # patch rows, or padded patch rows per image
                 got = source[start : start + n]
             else:
                 height, width = expected.shape[-2:]

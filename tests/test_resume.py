@@ -22,8 +22,8 @@ from vepo_trl.testing import save_tiny
 
 SAFE = "model.safetensors"
 # One family per layout: Qwen patch rows renamed on save (qwen2.5-vl) and not (qwen3-vl), Gemma's square tiles,
-# LLaVA-NeXT's any-res crops, SmolVLM's one padded entry per row
-FAMILIES = ["qwen2.5-vl", "qwen3-vl", "gemma3", "llava-next", "smolvlm"]
+# LLaVA-NeXT's any-res crops, SmolVLM's one padded entry per row, Gemma 4's padded patch rows
+FAMILIES = ["qwen2.5-vl", "qwen3-vl", "gemma3", "llava-next", "smolvlm", "gemma4"]
 # Those whose checkpoint names differ from the model's in transformers 5 (the restore runs there)
 RENAMED_ON_SAVE = {"qwen2.5-vl", "gemma3", "llava-next"}
 
@@ -103,6 +103,8 @@ def test_resume_equals_the_uninterrupted_run(model_dirs, dataset, tmp_path, fami
     if family in RENAMED_ON_SAVE:  # the Trainer's own load left keys missing: every tensor restored by name
         assert report.restored == report.total == len(resumed.model.state_dict()) - _tied(resumed.model)
         assert report.loaded_by_trainer <= 1 < report.total
+    elif family == "gemma4":  # saved under its own names but the tied head, which the strict=False load reports missing
+        assert report.restored == report.total == report.loaded_by_trainer + 1
     else:  # saved under the model's own names: the Trainer's load found them all, the restore stayed out
         assert report is None
 

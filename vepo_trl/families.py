@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .perturb import ImageLayout, PixelLayout
+from .perturb import ImageLayout, PixelLayout, PositionedPatchLayout
 
 
 __all__ = [
@@ -43,6 +43,11 @@ def _tiles_layout(**options) -> Callable:
         return ImageLayout.from_image_processor(image_processor, _vision_patch_size(config), **options)
 
     return layout
+
+
+def _positioned_layout(image_processor, config) -> PositionedPatchLayout:
+    # The processor cuts the rows: its patch size and statistics (Gemma 4: 16 px, no normalisation)
+    return PositionedPatchLayout.from_image_processor(image_processor)
 
 
 @dataclass(frozen=True)
@@ -250,16 +255,26 @@ FAMILIES: tuple[Family, ...] = (
             "tokenises such prompts padded and drops the padding (`prompt_padding`), as TRL does for transformers 5.3"
         ),
     ),
+    Family(
+        "gemma4",
+        ("gemma4",),
+        ("Gemma4ForConditionalGeneration",),
+        "patch rows `(n_images, max_patches, 3*16*16)` zero-padded + `image_position_ids`",
+        _positioned_layout,
+        "tiny-gemma4",
+        # Gemma4ImageProcessor does not normalise: the pixels in [0, 1] reach the model as they are
+        reference=("google/gemma-4-e2b-it", (1.0, 1.0, 1.0)),
+    ),
 )
 
 # Model types TRL trains whose images VEPO cannot perturb yet, each with what blocks it: refused in one line (the
 # README's model table lists them)
 NOT_YET: dict[str, tuple[str, str, str]] = {
-    "gemma4": (
-        "Gemma4ForConditionalGeneration",
-        "patch rows `(n_images, max_patches, 3*16*16)` zero-padded + `image_position_ids`",
-        "its image processor hands the model patch rows padded per image, with `image_position_ids` (-1 for padding) "
-        "as the only record of where each patch lies; no perturbation layout reads that yet",
+    "lfm2_vl": (
+        "Lfm2VlForConditionalGeneration",
+        "patch rows `(n_tiles, max_patches, 3*16*16)` zero-padded + `spatial_shapes` + `pixel_attention_mask`",
+        "its image processor hands the model tiles as padded patch rows whose grid only `spatial_shapes` records; no "
+        "perturbation layout reads that yet",
     ),
 }
 

@@ -153,6 +153,7 @@ class PerturbedPass:
                 image_sizes=row_inputs.get("image_sizes"),
                 tile_groups=row_inputs.get("num_tiles"),
                 pixel_attention_mask=row_inputs.get("pixel_attention_mask"),
+                image_position_ids=row_inputs.get("image_position_ids"),
                 noise_step=host.current_noise_step(),
                 sigma=args.noise_sigma,
                 patch_probability=args.patch_probability,

@@ -1071,6 +1071,92 @@ def _build_qwen2_5_vl(family: str, config: TinyModelConfig):
     return build_model(processor, config), processor
 
 
+GEMMA4_SPECIAL_TOKENS = (
+    "<pad>",
+    "<eos>",
+    "<bos>",
+    "<|turn>",
+    "<turn|>",
+    "<|image>",
+    "<image|>",
+    "<|image|>",
+    "<|video|>",
+    "<|audio|>",
+    "<|audio>",
+    "<audio|>",
+    "<|channel>",
+    "<channel|>",
+    "<|think|>",
+)
+
+
+def _build_gemma4(family: str, config: TinyModelConfig):
+    from transformers import Gemma4Config, Gemma4ForConditionalGeneration, Gemma4Processor
+    from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
+    from transformers.models.gemma4.image_processing_gemma4 import Gemma4ImageProcessor
+    from transformers.models.gemma4.video_processing_gemma4 import Gemma4VideoProcessor
+    from trl.chat_template_utils import gemma4_chat_template
+
+    tokenizer = build_tokenizer(
+        config.vocab_size,
+        special_tokens=GEMMA4_SPECIAL_TOKENS,
+        bos_token="<bos>",
+        eos_token="<turn|>",
+        pad_token="<pad>",
+        chat_template=gemma4_chat_template,
+        # Gemma4Processor reads the audio tokens too, audio or not (transformers 5.24)
+        extra_special_tokens={
+            "boi_token": "<|image>",
+            "eoi_token": "<image|>",
+            "image_token": "<|image|>",
+            "audio_token": "<|audio|>",
+            "boa_token": "<|audio>",
+            "eoa_token": "<audio|>",
+        },
+    )
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in GEMMA4_SPECIAL_TOKENS}
+    # 4-px patches pooled 3 x 3, at most 70 soft tokens (the smallest budget it takes): an image is resized to about
+    # 100 px and padded to 630 patch rows (the real: 16-px patches, 280 soft tokens, 2,520 rows)
+    processor = Gemma4Processor(
+        feature_extractor=Gemma4AudioFeatureExtractor(),
+        image_processor=Gemma4ImageProcessor(patch_size=4, max_soft_tokens=70, pooling_kernel_size=3),
+        tokenizer=tokenizer,
+        video_processor=Gemma4VideoProcessor(),
+        chat_template=gemma4_chat_template,
+        image_seq_length=70,
+    )
+    text = {
+        **_TEXT,
+        "vocab_size": len(tokenizer),
+        "head_dim": 16,
+        "sliding_window": 64,
+        "vocab_size_per_layer_input": len(tokenizer),
+        "hidden_size_per_layer_input": 8,
+        "pad_token_id": ids["<pad>"],
+        "eos_token_id": ids["<turn|>"],
+        "bos_token_id": ids["<bos>"],
+    }
+    vision = {**_VISION, "num_key_value_heads": 2, "head_dim": 16, "patch_size": 4, "pooling_kernel_size": 3,
+              "position_embedding_size": 256}  # fmt: skip
+    model_config = Gemma4Config(
+        text_config=text,
+        vision_config=vision,
+        audio_config=None,
+        boi_token_id=ids["<|image>"],
+        eoi_token_id=ids["<image|>"],
+        image_token_id=ids["<|image|>"],
+        video_token_id=ids["<|video|>"],
+        boa_token_id=ids["<|audio>"],
+        eoa_token_index=ids["<audio|>"],
+        audio_token_id=ids["<|audio|>"],
+    )
+    model = _seeded(Gemma4ForConditionalGeneration, model_config, config.seed)
+    model.generation_config = _generation_config(
+        tokenizer, ["<turn|>", "<eos>"], "<pad>", ["<|image|>", "<|image>", "<image|>", "<|video|>", "<|audio|>"]
+    )
+    return model, processor
+
+
 # Family name (`families.FAMILIES`) -> builder of its tiny model and processor
 TINY_BUILDERS = {
     "qwen2-vl": _build_qwen_family,
@@ -1089,6 +1175,7 @@ TINY_BUILDERS = {
     "internvl": _build_internvl,
     "glm4v": _build_glm4v,
     "mistral3": _build_mistral3,
+    "gemma4": _build_gemma4,
 }
 
 

@@ -358,6 +358,7 @@ def perturb_prompt_pixels(
         step=settings.step,
         image_sizes=prompt.get("image_sizes"),
         pixel_attention_mask=prompt.get("pixel_attention_mask"),
+        image_position_ids=prompt.get("image_position_ids"),
         tile_groups=tile_groups,
         noise_step=settings.noise_step,
         sigma=settings.noise_sigma,

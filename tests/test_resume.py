@@ -103,7 +103,9 @@ def test_resume_equals_the_uninterrupted_run(model_dirs, dataset, tmp_path, fami
     if family in RENAMED_ON_SAVE:  # the Trainer's own load left keys missing: every tensor restored by name
         assert report.restored == report.total == len(resumed.model.state_dict()) - _tied(resumed.model)
         assert report.loaded_by_trainer <= 1 < report.total
-    elif family == "gemma4":  # saved under its own names but the tied head, which the strict=False load reports missing
+    elif (
+        family == "gemma4"
+    ):  # saved under its own names but the tied head, which the strict=False load reports missing
         assert report.restored == report.total == report.loaded_by_trainer + 1
     else:  # saved under the model's own names: the Trainer's load found them all, the restore stayed out
         assert report is None

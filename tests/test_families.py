@@ -91,7 +91,14 @@ def test_families_every_family_has_a_tiny_model_and_its_classes():
         assert family_of(model) is family
         assert family.tiny_model == f"tiny-{family.name}"
         layout = pixel_layout(model, processor.image_processor)
-        assert isinstance(layout, PixelLayout if "image_grid_thw" in family.pixel_values else ImageLayout)
+        expected = (
+            PixelLayout
+            if "image_grid_thw" in family.pixel_values
+            else PositionedPatchLayout
+            if "image_position_ids" in family.pixel_values
+            else ImageLayout
+        )
+        assert isinstance(layout, expected)
         # The model's own patch size: Qwen3-VL 16, the others as their vision config says
         patch = model.config.vision_config.patch_size
         assert layout.patch_size == (patch[0] if isinstance(patch, (list, tuple)) else patch)

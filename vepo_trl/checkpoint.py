@@ -168,6 +168,7 @@ class _EpochAware:
 
     def set_epoch(self, epoch: int) -> None:
         while self.passes < epoch:
+            # cpu: the draw the sampler's own (CPU) generator makes in its pass, only to advance it
             torch.randperm(self.sampler.num_samples, generator=self.sampler.generator)
             self.passes += 1
 

@@ -21,6 +21,7 @@ import functools
 import gc
 import importlib.util
 import os
+import types
 
 import pytest
 import torch
@@ -73,15 +74,29 @@ def engine_memory(monkeypatch):
 
 @pytest.fixture(scope="module")
 def cpu_linear_reads_weights():
-    """Every vLLM linear layer computes `F.linear(x, layer.weight)` on the weight it holds, so weight syncs land."""
+    """Every vLLM linear layer computes `F.linear(x, layer.weight)` on the weight it holds, so weight syncs land.
+
+    The same for Gated DeltaNet's conv1d (Qwen3.5): on a CPU with AVX-512 BF16, vLLM-CPU packs that weight at load
+    (the dispatch below) and its C++ conv reads only the packed copy, so an unpacked weight there gives nats of error
+    and a weight sync would write around the packed copy. The GDN op is told the CPU has no AVX-512 BF16, as on CPUs
+    without it: its conv runs in torch on `conv1d.weight`, the same on every CI machine."""
     from vllm.model_executor.layers import utils  # linear.py and vocab_parallel_embedding.py import it at load
+    from vllm.model_executor.layers.mamba.ops.cpu import gdn_attention
 
     def dispatch(layer, remove_weight):
         layer.cpu_linear = torch.nn.functional.linear
 
+    class TorchWithoutAvx512Bf16:  # the GDN op's `torch`: torch, but `torch.cpu` says no AVX-512 BF16
+        cpu = types.SimpleNamespace(_is_avx512_bf16_supported=lambda: False)
+
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
     original, utils.dispatch_cpu_unquantized_gemm = utils.dispatch_cpu_unquantized_gemm, dispatch
+    gdn_attention.torch = TorchWithoutAvx512Bf16()
     yield
     utils.dispatch_cpu_unquantized_gemm = original
+    gdn_attention.torch = torch
 
 
 @contextlib.contextmanager

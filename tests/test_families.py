@@ -1,4 +1,4 @@
-"""Every supported model family (`vepo_trl.families`) on its tiny model (`vepo_trl.testing.TINY_BUILDERS`): TRL's
+"""Every supported model family (`vepo_trl.families`) on its tiny model (`vepo_trl.testing.TINY_FAMILIES`): TRL's
 GRPOTrainer trains it, VEPO trains it, `full` is GRPO, the identity perturbation gives no signal, and the perturbed
 images differ from the clean ones exactly where each perturbation says. Run them with `pytest -k families`."""
 
@@ -24,7 +24,7 @@ from vepo_trl.perturb import (
     perturb_pixel_values,
 )
 from vepo_trl.scoring import SELECTION_STRATEGIES
-from vepo_trl.testing import TINY_BUILDERS, build_tiny, save_tiny
+from vepo_trl.testing import TINY_FAMILIES, build_tiny, save_tiny
 from vepo_trl.trainer import SELECTION_KEY
 
 
@@ -84,7 +84,7 @@ def moved(before, model):
 
 
 def test_families_every_family_has_a_tiny_model_and_its_classes():
-    assert set(TINY_BUILDERS) == set(FAMILY_NAMES)
+    assert set(TINY_FAMILIES) == set(FAMILY_NAMES)
     for family in FAMILIES:
         model, processor = build_tiny(family.name)
         assert type(model).__name__ in family.model_classes

@@ -1,7 +1,7 @@
 """Model names that stand for models built on this machine instead of downloaded: one place for every command.
 
 - `tiny-qwen2.5-vl`: the tiny random Qwen2.5-VL of `vepo_trl.testing` (the CPU demo and tests), built once and cached;
-  `tiny-<family>` the same for every family of `vepo_trl.testing.TINY_BUILDERS` (`tiny-qwen3-vl`, `tiny-gemma3`, ...).
+  `tiny-<family>` the same for every family of `vepo_trl.testing.TINY_FAMILIES` (`tiny-qwen3-vl`, `tiny-gemma3`, ...).
 - `lab-warm-start`: the lab's SFT'd small Qwen2.5-VL (`vepo_trl.lab.warm_start`), built on first use and cached.
 
 A folder of the same name in the working directory wins: the name then means that folder, as for any local path.
@@ -156,9 +156,9 @@ def image_factor_of(name: str | None, revision: str | None = None) -> int | None
 
 def tiny_model_names() -> list[str]:
     """`tiny-<family>` for every family with a tiny offline model (`tiny-qwen2.5-vl` first)."""
-    from .testing import TINY_BUILDERS
+    from .testing import TINY_FAMILIES
 
-    return [TINY_MODEL, *(f"tiny-{family}" for family in TINY_BUILDERS if f"tiny-{family}" != TINY_MODEL)]
+    return [TINY_MODEL, *(f"tiny-{family}" for family in TINY_FAMILIES if f"tiny-{family}" != TINY_MODEL)]
 
 
 def is_builtin_model(name: str) -> bool:
@@ -236,10 +236,10 @@ def resolve_model_name(name: str) -> str:
     if name.startswith("tiny-") and not os.path.isdir(name):
         from accelerate import PartialState
 
-        from .testing import TINY_BUILDERS, tiny_model_path
+        from .testing import TINY_FAMILIES, tiny_model_path
 
         family = name.removeprefix("tiny-")
-        if family in TINY_BUILDERS:
+        if family in TINY_FAMILIES:
             _check_cache_writable()
             # Under torch.distributed only rank 0 writes weights: it builds, the other ranks then find the folder
             with PartialState().main_process_first():

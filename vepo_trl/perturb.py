@@ -1,7 +1,7 @@
 """Image perturbations for VEPO's counterfactual pass, applied to a processor's `pixel_values`.
 
 TRL keeps the processed `pixel_values` of a rollout, not the raw images, so the perturbations work there, on the
-normalised tensor, through a layout that knows its shape (`families.py` picks the layout of each model family):
+normalised tensor, through a layout that knows its shape (`families` picks the layout of each model family):
 
 - `PixelLayout` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): each row is one patch laid out as `(channel, temporal copy, P, P)`
   (P = 14, or 16 on Qwen3-VL). For a still image the processor stores the frame twice (the two temporal copies), so

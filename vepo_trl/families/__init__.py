@@ -1,0 +1,226 @@
+"""The model families VEPO's perturbed pass supports, one module each in this package.
+
+A family is looked up from the model's `config.model_type` (the same key transformers' Auto classes use). Its module
+declares a `FAMILY` (`base.Family`): how the processor lays out `pixel_values` and the `perturb` layout (normalisation
+and the model's patch size) the perturbations work through, the inputs TRL 1.16 fails on for it, its reference
+checkpoint and its tiny model as data (`base.TinyRecipe`, built by `vepo_trl.testing`). A module declaring a `REFUSED`
+(`base.Refused`) names a model type TRL trains whose images VEPO cannot perturb yet. Splitting a batch's multimodal
+inputs per response is TRL's own (`batch.take_rows`), so a family holds no splitting rule.
+
+Adding a family: one module here. The registry finds it, and every family-parametrised test, the README's tables and
+`vepo-trl demo --model_family` read the registry.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from ..perturb import ImageLayout, PixelLayout
+from .base import Family, Refused
+
+
+__all__ = [
+    "Family",
+    "FAMILIES",
+    "NOT_YET",
+    "Refused",
+    "blocker",
+    "check_family_inputs",
+    "family_of",
+    "get_family",
+    "pixel_layout",
+    "supported_families",
+    "supported_models_table",
+    "trainable_families",
+]
+
+
+def _discover() -> tuple[tuple[Family, ...], dict[str, Refused]]:
+    families, refused = [], {}
+    for module in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name):
+        if module.name.startswith("_") or module.name == "base":
+            continue
+        loaded = importlib.import_module(f"{__name__}.{module.name}")
+        if hasattr(loaded, "FAMILY"):
+            families.append(loaded.FAMILY)
+        if hasattr(loaded, "REFUSED"):
+            refused[loaded.REFUSED.model_type] = loaded.REFUSED
+    families.sort(key=lambda family: family.order)
+    return tuple(families), refused
+
+
+FAMILIES, NOT_YET = _discover()
+_BY_MODEL_TYPE = {model_type: family for family in FAMILIES for model_type in family.model_types}
+_BY_NAME = {family.name: family for family in FAMILIES}
+
+
+def blocker(model_type) -> str:
+    """` (<what blocks it>)` for a model type in `NOT_YET`, else empty: appended to a refusal's first clause."""
+    return f" ({NOT_YET[model_type].blocker})" if model_type in NOT_YET else ""
+
+
+def supported_families() -> list[str]:
+    """Every family with an adapter: its images can be perturbed."""
+    return [family.name for family in FAMILIES]
+
+
+def trainable_families() -> list[str]:
+    """The families TRL's own GRPOTrainer trains here, and VEPO with it."""
+    return [family.name for family in FAMILIES if family.trl_failure is None]
+
+
+def family_of(config) -> Family | None:
+    """The family of a model config (or a model: its `.config`), `None` when VEPO has no adapter for it."""
+    config = getattr(config, "config", config)
+    return _BY_MODEL_TYPE.get(getattr(config, "model_type", None))
+
+
+def get_family(name: str) -> Family:
+    if name in _BY_NAME:
+        return _BY_NAME[name]
+    raise ValueError(f"Unknown model family {name!r}. Supported families: {', '.join(supported_families())}.")
+
+
+def pixel_layout(config, image_processor, strategy: str = "vepo") -> PixelLayout | ImageLayout:
+    """The `perturb` layout of a model's `pixel_values`; one line naming the supported families for any other."""
+    family = family_of(config)
+    if family is None:
+        config = getattr(config, "config", config)
+        model_type = getattr(config, "model_type", type(config).__name__)
+        raise ValueError(
+            f"selection_strategy={strategy!r} perturbs the model's images, but VEPO has no adapter for "
+            f"{model_type!r} models{blocker(model_type)}. Supported families: "
+            f"{', '.join(supported_families())}; or use selection_strategy='entropy' / 'full'."
+        )
+    return family.make_layout(image_processor, getattr(config, "config", config))
+
+
+def supported_models_table() -> str:
+    """The README's "Supported models" table, from this registry (a test keeps the README's copy equal to it)."""
+    from ..perturb import PERTURBATIONS
+
+    # Every layout implements what a perturbation reads (units, black, noise, patches): each family takes them all
+    perturbations = f"all {len(PERTURBATIONS)}"
+    rows = [
+        "| family | model classes | `pixel_values` | perturbations | tested how | recipes |",
+        "|---|---|---|---|---|---|",
+    ]
+    for family in FAMILIES:
+        classes = ", ".join(f"`{name}`" for name in family.model_classes)
+        if family.trl_failure is None:
+            tested = (
+                f"`{family.tiny_model}`: TRL's GRPOTrainer and VEPO train; `full` = GRPO; identity gives 0; "
+                "perturbed pixels checked; `vepo-trl demo --model_family " + family.name + "`"
+            )
+        else:
+            tested = (
+                f"left out of training: {family.trl_failure}; its perturbations are checked on `{family.tiny_model}`"
+            )
+        if family.trl_limitation is not None:
+            tested += f". Limitation: {family.trl_limitation}"
+        recipes = ", ".join(f"`recipes/{path}`" for path in family.recipes) or "-"
+        rows.append(f"| {family.name} | {classes} | {family.pixel_values} | {perturbations} | {tested} | {recipes} |")
+    for refused in NOT_YET.values():
+        rows.append(
+            f"| {refused.model_type} | `{refused.model_class}` | {refused.pixel_values} | none | refused at start-up in "
+            f"one line: {refused.blocker}; `entropy` and `full` perturb nothing | - |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def gaussian_strength_table(sigma: float = 2.0, base: str = "qwen2.5-vl") -> str:
+    """The README's table of what `--perturbation gaussian --noise_sigma {sigma}` means per family: the noise is drawn
+    on the model's normalised pixels (the release's definition, exact on its model, `base`), so in [0, 1] space its
+    std is `sigma x` the family's normalisation std; the last column is the sigma that gives `base`'s [0, 1]-space
+    strength (a test keeps the README's copy equal to this)."""
+    base_std = get_family(base).reference[1]
+    base_mean = sum(base_std) / len(base_std)
+    rows = [
+        f"| family | reference checkpoint | normalisation std (R, G, B) | std in [0, 1] space at sigma {sigma:g} | "
+        f"sigma for {_display(base)}'s strength |",
+        "|---|---|---|---|---|",
+    ]
+    for family in FAMILIES:
+        if family.reference is None:
+            continue
+        checkpoint, std = family.reference
+        unit = ", ".join(f"{sigma * s:.2f}" for s in std)
+        matching = sigma * base_mean / (sum(std) / len(std))
+        stds = ", ".join(f"{s:.4g}" for s in std)
+        rows.append(f"| {family.name} | `{checkpoint}` | {stds} | {unit} | {matching:.2f} |")
+    return "\n".join(rows) + "\n"
+
+
+def _display(name: str) -> str:
+    """A family's name as its checkpoints spell it (the table's header): `qwen2.5-vl` -> `Qwen2.5-VL`."""
+    checkpoint = get_family(name).reference[0].split("/")[-1]
+    return checkpoint[: len(name)] if checkpoint.lower().startswith(name) else name
+
+
+def check_family_inputs(
+    config, processor, datasets: dict | None = None, *, chat_template=None, use_vllm: bool = False
+) -> None:
+    """What a family's processor or data would crash on deep inside TRL 1.16 (or silently mistrain), refused at
+    start-up in one line: prompts whose image parts have no images, then the family's own checks
+    (`Family.check_inputs`). `datasets`: name -> data set (the train and eval data; an eval dict counts each of its
+    sets)."""
+    named = _named(datasets or {})
+    for name, dataset in named:
+        _check_image_parts(name, dataset)
+    family = family_of(config)
+    if family is not None and family.check_inputs is not None:
+        family.check_inputs(processor, named, chat_template=chat_template, use_vllm=use_vllm)
+
+
+def _named(datasets: dict) -> list[tuple[str, object]]:
+    """(name, data set) pairs, an eval dict's sets (TRL takes one) each under its own key."""
+    pairs = []
+    for name, dataset in datasets.items():
+        if isinstance(dataset, dict):
+            pairs += [(f"{name}[{key!r}]", value) for key, value in dataset.items() if value is not None]
+        elif dataset is not None:
+            pairs.append((name, dataset))
+    return pairs
+
+
+def _image_parts(prompt) -> int:
+    """How many `{"type": "image"}` parts a conversational prompt holds (0 for a plain-text prompt)."""
+    if not isinstance(prompt, list):
+        return 0
+    return sum(
+        1
+        for message in prompt
+        if isinstance(message, dict) and isinstance(message.get("content"), list)
+        for part in message["content"]
+        if isinstance(part, dict) and part.get("type") == "image"
+    )
+
+
+def _check_image_parts(name: str, dataset) -> None:
+    """Prompts whose image parts have no images to fill them: one line naming the column or the row (TRL fails on
+    the first batch, 60 lines deep in the processor, "Number of images provided (0) does not match")."""
+    from .base import arrow_table, image_counts
+
+    columns = getattr(dataset, "column_names", None) or []
+    if "prompt" not in columns or len(dataset) == 0:
+        return
+    table = arrow_table(dataset)
+    prompts = table.column("prompt").to_pylist() if table is not None else dataset["prompt"]
+    parts = [_image_parts(prompt) for prompt in prompts]
+    if not any(parts):
+        return
+    if "images" not in columns and "image" not in columns:
+        row = next(i for i, n in enumerate(parts) if n)
+        raise ValueError(
+            f"{name}: row {row}'s prompt has {parts[row]} image part(s) and the data set has no 'images' (or 'image') "
+            f"column to fill them; add the images as an 'images' column (a list per row), columns present: "
+            f"{columns}."
+        )
+    counted = image_counts(dataset)
+    for row, (wanted, given) in enumerate(zip(parts, counted or [])):
+        if wanted and wanted != given:
+            raise ValueError(
+                f"{name}: row {row}'s prompt has {wanted} image part(s) and {given} image(s): give one image per "
+                "image part."
+            )

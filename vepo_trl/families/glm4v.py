@@ -1,0 +1,79 @@
+"""GLM-4.1V: Qwen2-VL-style patch rows `(sum t*h*w, 3*2*14*14)` + `image_grid_thw`, CLIP's normalisation."""
+
+from ._qwen import MROPE_SECTION
+from .base import CLIP_STD, Derived, Family, TinyRecipe, Tok, patch_rows_layout
+
+
+SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "[gMASK]",
+    "<sop>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|begin_of_image|>",
+    "<|end_of_image|>",
+    "<|image|>",
+    "<|begin_of_video|>",
+    "<|end_of_video|>",
+    "<|video|>",
+)
+# GLM-4.1V's chat template, its user / assistant turns with image parts (the Hub template also renders tools, video)
+CHAT_TEMPLATE = (
+    "[gMASK]<sop>{% for message in messages %}<|{{ message['role'] }}|>\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' %}<|begin_of_image|><|image|><|end_of_image|>"
+    "{% elif content['type'] == 'text' %}{{ content['text'] }}{% endif %}{% endfor %}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+FAMILY = Family(
+    "glm4v",
+    order=150,
+    model_types=("glm4v",),
+    model_classes=("Glm4vForConditionalGeneration",),
+    pixel_values="patch rows `(sum t*h*w, 3*2*14*14)` + `image_grid_thw`",
+    make_layout=patch_rows_layout,
+    reference=("zai-org/GLM-4.1V-9B-Thinking", CLIP_STD),
+    # 14 px patches, 2 temporal copies, merged 2x2 (as the real GLM-4.1V)
+    tiny=TinyRecipe(
+        model="Glm4vForConditionalGeneration",
+        config="Glm4vConfig",
+        processor="Glm4vProcessor",
+        tokens=SPECIAL_TOKENS,
+        eos="<|user|>",  # GLM ends an assistant turn by starting the next user turn
+        pad="<|endoftext|>",
+        chat_template=CHAT_TEMPLATE,
+        image_processor=("Glm4vImageProcessor", {"size": {"shortest_edge": 56 * 56, "longest_edge": 224 * 224}}),
+        parts={"video_processor": ("Glm4vVideoProcessor", {})},
+        text={
+            "max_position_embeddings": 4096,
+            "pad_token_id": Tok("<|endoftext|>"),
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "mrope_section": MROPE_SECTION,
+            },
+        },
+        vision={
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "out_hidden_size": Derived(lambda build: build.config.hidden_size),
+            "image_size": 56,
+            "patch_size": 14,
+        },
+        shared_vision=False,
+        top={
+            "image_token_id": Tok("<|image|>"),
+            "video_token_id": Tok("<|video|>"),
+            "image_start_token_id": Tok("<|begin_of_image|>"),
+            "image_end_token_id": Tok("<|end_of_image|>"),
+            "video_start_token_id": Tok("<|begin_of_video|>"),
+            "video_end_token_id": Tok("<|end_of_video|>"),
+        },
+        stop=("<|user|>", "<|endoftext|>"),
+        suppress=("<|image|>", "<|video|>"),
+    ),
+)

@@ -460,7 +460,9 @@ def real_processor(name: str):
     except ValueError:
         from vepo_trl.families import NOT_YET
 
-        reason = f"refused at start-up (families.NOT_YET: {NOT_YET[name].blocker})" if name in NOT_YET else "not landed"
+        reason = (
+            f"refused at start-up (families.NOT_YET: {NOT_YET[name].blocker})" if name in NOT_YET else "not landed"
+        )
         pytest.skip(f"{name!r} is not a family yet: {reason}")
     entry = REAL[name]
     image_processor = getattr(transformers, entry.processor)(**entry.kwargs)

@@ -17,13 +17,14 @@ import importlib
 import pkgutil
 
 from ..perturb import ImageLayout, PixelLayout
-from .base import Family, Refused
+from .base import Family, RealProcessor, Refused
 
 
 __all__ = [
     "Family",
     "FAMILIES",
     "NOT_YET",
+    "REAL_PROCESSORS",
     "Refused",
     "blocker",
     "check_family_inputs",
@@ -36,21 +37,24 @@ __all__ = [
 ]
 
 
-def _discover() -> tuple[tuple[Family, ...], dict[str, Refused]]:
-    families, refused = [], {}
+def _discover() -> tuple[tuple[Family, ...], dict[str, Refused], dict[str, RealProcessor]]:
+    families, refused, real = [], {}, {}
     for module in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name):
         if module.name.startswith("_") or module.name == "base":
             continue
         loaded = importlib.import_module(f"{__name__}.{module.name}")
         if hasattr(loaded, "FAMILY"):
             families.append(loaded.FAMILY)
+            if hasattr(loaded, "REAL_PROCESSOR"):
+                real[loaded.FAMILY.name] = loaded.REAL_PROCESSOR
         if hasattr(loaded, "REFUSED"):
             refused[loaded.REFUSED.model_type] = loaded.REFUSED
     families.sort(key=lambda family: family.order)
-    return tuple(families), refused
+    return tuple(families), refused, {family.name: real[family.name] for family in families if family.name in real}
 
 
-FAMILIES, NOT_YET = _discover()
+# The families, the refused model types, and each family's reference checkpoint as its processor sees it
+FAMILIES, NOT_YET, REAL_PROCESSORS = _discover()
 _BY_MODEL_TYPE = {model_type: family for family in FAMILIES for model_type in family.model_types}
 _BY_NAME = {family.name: family for family in FAMILIES}
 

@@ -17,12 +17,15 @@ from ..perturb import ImageLayout, PixelLayout, PositionedPatchLayout
 
 
 __all__ = [
+    "CLIP_MEAN",
     "CLIP_STD",
     "HALF_STD",
+    "IMAGENET_MEAN",
     "IMAGENET_STD",
     "Derived",
     "Family",
     "OMIT",
+    "RealProcessor",
     "Refused",
     "TinyRecipe",
     "Tok",
@@ -32,8 +35,10 @@ __all__ = [
     "tiles_layout",
 ]
 
-CLIP_STD = (0.26862954, 0.26130258, 0.27577711)  # OpenAI CLIP's
-HALF_STD = (0.5, 0.5, 0.5)  # SigLIP's and Qwen3-VL's
+CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]  # OpenAI CLIP's, transformers' OPENAI_CLIP_MEAN / _STD
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+HALF_STD = (0.5, 0.5, 0.5)  # SigLIP's and Qwen3-VL's, transformers' IMAGENET_STANDARD_MEAN / _STD
+IMAGENET_MEAN = [0.485, 0.456, 0.406]  # transformers' IMAGENET_DEFAULT_MEAN / _STD
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
@@ -168,6 +173,34 @@ class Family:
     def tiny_model(self) -> str:
         """The local model name of its tiny model (`vepo_trl.local_models`)."""
         return f"tiny-{self.name}"
+
+
+@dataclass(frozen=True)
+class RealProcessor:
+    """A family's reference checkpoint as its processor and config see it (no weights): the image-processor class (a
+    `transformers` name) and the kwargs that rebuild its `preprocessor_config.json`; what the family's processor adds
+    on every call (`call`); the config class and the kwargs that give it the checkpoint's vision geometry. A family
+    module declares one as `REAL_PROCESSOR`, its source in a comment above it ("read": a public copy of the file,
+    named; "as X": another entry's file; "card": the model card and the family's known geometry; "class defaults": the
+    transformers class); tests/test_real_processors.py checks the perturbations on it at real image sizes."""
+
+    checkpoint: str
+    processor: str
+    kwargs: dict
+    config: str
+    config_kwargs: dict
+    call: dict = field(default_factory=dict)
+    # The processor takes images per prompt (nested lists) and lays `pixel_values` out one row per prompt
+    per_prompt: bool = False
+    # Which pixels are the image's own, the rest padding: "all", "pixel_mask" (`pixel_attention_mask`), "image_sizes"
+    # (each image's top-left `image_sizes`), "anyres" (each crop's box inside the letterbox, zero crops after) or
+    # "positions" (patch rows whose `image_position_ids` are not -1)
+    real: str = "all"
+    # It cuts an image into tiles: a white page has identical ones
+    tiles: bool = False
+    # The model reads every patch holding an image pixel, the last ones part padding (Idefics2's
+    # patch_attention_mask over a batch padded past the image): its patch grid covers the image rounded up
+    partial_patches: bool = False
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 import torch
 
-from .base import HALF_STD, Derived, Family, TinyRecipe, Tok, tiles_layout
+from .base import HALF_STD, Derived, Family, RealProcessor, TinyRecipe, Tok, tiles_layout
 
 
 SPECIAL_TOKENS = (
@@ -87,4 +87,22 @@ FAMILY = Family(
         suppress=("<image_soft_token>", "<start_of_image>"),
         finish=_random_projection,
     ),
+)
+
+
+# google/gemma-3-4b-it preprocessor_config.json (read: as public eval scripts write it out): Gemma3ImageProcessor,
+# size 896x896, mean/std 0.5, resample 2 (bilinear), do_pan_and_scan null. config.json vision (SigLIP) image_size
+# 896, patch_size 14
+REAL_PROCESSOR = RealProcessor(
+    "google/gemma-3-4b-it",
+    "Gemma3ImageProcessor",
+    dict(
+        size={"height": 896, "width": 896},
+        image_mean=list(HALF_STD),
+        image_std=list(HALF_STD),
+        resample=2,
+        do_pan_and_scan=False,
+    ),
+    "Gemma3Config",
+    {"vision_config": {"model_type": "siglip_vision_model", "image_size": 896, "patch_size": 14}},
 )

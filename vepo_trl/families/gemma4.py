@@ -1,7 +1,7 @@
 """Gemma 4: padded patch rows `(n_images, max_patches, 3*16*16)` addressed by `image_position_ids` (-1 for padding);
 its image processor does not normalise."""
 
-from .base import Derived, Family, TinyRecipe, Tok, positioned_layout
+from .base import Derived, Family, RealProcessor, TinyRecipe, Tok, positioned_layout
 
 
 SPECIAL_TOKENS = (
@@ -87,4 +87,24 @@ FAMILY = Family(
         stop=("<turn|>", "<eos>"),
         suppress=("<|image|>", "<|image>", "<image|>", "<|video|>", "<|audio|>"),
     ),
+)
+
+
+# google/gemma-4-e2b-it (the checkpoint transformers' Gemma 4 docstrings name): Gemma4ImageProcessor's class
+# defaults in transformers (not read from the Hub): patch_size 16, max_soft_tokens 280, pooling 3, no
+# normalisation; Gemma4VisionConfig's patch_size 16 and pooling_kernel_size 3 (class defaults)
+REAL_PROCESSOR = RealProcessor(
+    "google/gemma-4-e2b-it",
+    "Gemma4ImageProcessor",
+    dict(
+        patch_size=16,
+        max_soft_tokens=280,
+        pooling_kernel_size=3,
+        do_normalize=False,
+        image_mean=[0.0, 0.0, 0.0],
+        image_std=[1.0, 1.0, 1.0],
+    ),
+    "Gemma4Config",
+    {"vision_config": {"patch_size": 16, "pooling_kernel_size": 3}},
+    real="positions",
 )

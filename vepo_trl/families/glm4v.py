@@ -1,7 +1,7 @@
 """GLM-4.1V: Qwen2-VL-style patch rows `(sum t*h*w, 3*2*14*14)` + `image_grid_thw`, CLIP's normalisation."""
 
 from ._qwen import MROPE_SECTION
-from .base import CLIP_STD, Derived, Family, TinyRecipe, Tok, patch_rows_layout
+from .base import CLIP_MEAN, CLIP_STD, Derived, Family, RealProcessor, TinyRecipe, Tok, patch_rows_layout
 
 
 SPECIAL_TOKENS = (
@@ -76,4 +76,24 @@ FAMILY = Family(
         stop=("<|user|>", "<|endoftext|>"),
         suppress=("<|image|>", "<|video|>"),
     ),
+)
+
+
+# zai-org/GLM-4.1V-9B-Thinking preprocessor_config.json: Glm4vImageProcessor, size shortest_edge 12544,
+# longest_edge 9633792, patch 14, temporal 2, merge 2, CLIP mean/std (read: zai-org/GLM-OCR's file, quoted
+# verbatim in a public fixture, which public converters give glm4v models too; GLM-4.1V's own not read; the class
+# default longest_edge is 11760000). config.json vision patch_size 14
+REAL_PROCESSOR = RealProcessor(
+    "zai-org/GLM-4.1V-9B-Thinking",
+    "Glm4vImageProcessor",
+    dict(
+        size={"shortest_edge": 12544, "longest_edge": 9633792},
+        patch_size=14,
+        temporal_patch_size=2,
+        merge_size=2,
+        image_mean=CLIP_MEAN,
+        image_std=list(CLIP_STD),
+    ),
+    "Glm4vConfig",
+    {"vision_config": {"patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2}},
 )

@@ -1,6 +1,6 @@
 """Idefics2: tiles `(B, n_tiles, C, H, W)` + `pixel_attention_mask`; zero tiles and unmasked pixels are padding."""
 
-from .base import HALF_STD, Derived, Family, TinyRecipe, Tok, tiles_layout
+from .base import HALF_STD, Derived, Family, RealProcessor, TinyRecipe, Tok, tiles_layout
 
 
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<fake_token_around_image>", "<image>", "<end_of_utterance>")
@@ -61,4 +61,24 @@ FAMILY = Family(
         stop=("<end_of_utterance>",),
         suppress=("<image>", "<fake_token_around_image>"),
     ),
+)
+
+
+# HuggingFaceM4/idefics2-8b preprocessor_config.json: Idefics2ImageProcessor, shortest_edge 378, longest_edge 980,
+# mean/std 0.5, do_image_splitting false (card; all of them Idefics2ImageProcessor's class defaults too). Not
+# splitting, it has no identical tiles to check. config.json vision image_size 980, patch_size 14
+REAL_PROCESSOR = RealProcessor(
+    "HuggingFaceM4/idefics2-8b",
+    "Idefics2ImageProcessor",
+    dict(
+        size={"shortest_edge": 378, "longest_edge": 980},
+        image_mean=list(HALF_STD),
+        image_std=list(HALF_STD),
+        do_image_splitting=False,
+    ),
+    "Idefics2Config",
+    {"vision_config": {"image_size": 980, "patch_size": 14}},
+    per_prompt=True,
+    real="pixel_mask",
+    partial_patches=True,
 )

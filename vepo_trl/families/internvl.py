@@ -1,7 +1,7 @@
 """InternVL (the -hf checkpoints): tiles `(n_tiles, C, H, W)`, split per prompt by TRL's `num_tiles`."""
 
 from . import _qwen, llava_onevision
-from .base import IMAGENET_STD, Family, TinyRecipe, Tok, tiles_layout
+from .base import IMAGENET_MEAN, IMAGENET_STD, Family, RealProcessor, TinyRecipe, Tok, tiles_layout
 
 
 # Its chat template (Qwen2 turns; the processor expands each `<IMG_CONTEXT>` into the image's tiles' tokens)
@@ -57,4 +57,26 @@ FAMILY = Family(
         stop=("<|im_end|>", "<|endoftext|>"),
         suppress=("<IMG_CONTEXT>", "<img>", "</img>"),
     ),
+)
+
+
+# OpenGVLab/InternVL3-8B-hf preprocessor_config.json: GotOcr2ImageProcessorFast, size 448x448, min_patches 1,
+# max_patches 12, ImageNet mean/std (card; a public spec of InternVL3.5-8B-HF's processor reads 448 px tiles, 1 to
+# 12 of them; vepo_trl/testing.py's tiny InternVL cites the stats). crop_to_patches is InternVLProcessor's
+# images_kwargs default (True), passed on each call as the processor does. config.json vision image_size
+# [448, 448], patch_size [14, 14]
+REAL_PROCESSOR = RealProcessor(
+    "OpenGVLab/InternVL3-8B-hf",
+    "GotOcr2ImageProcessor",
+    dict(
+        size={"height": 448, "width": 448},
+        min_patches=1,
+        max_patches=12,
+        image_mean=IMAGENET_MEAN,
+        image_std=list(IMAGENET_STD),
+    ),
+    "InternVLConfig",
+    {"vision_config": {"image_size": [448, 448], "patch_size": [14, 14]}},
+    call={"crop_to_patches": True},
+    tiles=True,
 )

@@ -2,7 +2,7 @@
 one size; a Pixtral one (mistral-community/pixtral-12b) pads them to the batch's largest and says each one's size in
 `image_sizes`."""
 
-from .base import CLIP_STD, Family, TinyRecipe, Tok, tiles_layout
+from .base import CLIP_MEAN, CLIP_STD, Family, RealProcessor, TinyRecipe, Tok, tiles_layout
 
 
 # LLaVA-1.5's chat template (Vicuna turns, `<image>` before the text), as llava-hf/llava-1.5-7b-hf's processor ships it
@@ -57,4 +57,22 @@ FAMILY = Family(
         stop=("</s>",),
         suppress=("<image>",),
     ),
+)
+
+
+# llava-hf/llava-1.5-7b-hf preprocessor_config.json: CLIPImageProcessor, shortest_edge 336, center crop 336x336,
+# CLIP mean/std, resample 3 (card, not read here; the class defaults are 224). config.json vision (CLIP
+# ViT-L/14-336) image_size 336, patch_size 14
+REAL_PROCESSOR = RealProcessor(
+    "llava-hf/llava-1.5-7b-hf",
+    "CLIPImageProcessor",
+    dict(
+        size={"shortest_edge": 336},
+        crop_size={"height": 336, "width": 336},
+        image_mean=CLIP_MEAN,
+        image_std=list(CLIP_STD),
+        resample=3,
+    ),
+    "LlavaConfig",
+    {"vision_config": {"model_type": "clip_vision_model", "image_size": 336, "patch_size": 14}},
 )

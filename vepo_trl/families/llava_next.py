@@ -1,7 +1,7 @@
 """LLaVA-NeXT: any-resolution crops `(n_images, n_crops, C, H, W)` + `image_sizes`; zero crops and each crop's
 letterbox are padding."""
 
-from .base import CLIP_STD, Derived, Family, TinyRecipe, Tok, tiles_layout
+from .base import CLIP_MEAN, CLIP_STD, Derived, Family, RealProcessor, TinyRecipe, Tok, tiles_layout
 
 
 # CLIP at 28 px (2x2 patches of 14 + CLS, dropped by the "default" feature strategy), any-resolution grids of up to 2x2
@@ -57,4 +57,29 @@ FAMILY = Family(
         stop=("</s>",),
         suppress=("<image>",),
     ),
+)
+
+
+REAL_PINPOINTS = [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]]
+
+# llava-hf/llava-v1.6-mistral-7b-hf preprocessor_config.json (as tests/test_anyres_letterbox.py):
+# LlavaNextImageProcessor, shortest_edge 336, crop 336x336, CLIP mean/std, the 5 REAL_PINPOINTS. config.json
+# vision (CLIP ViT-L/14-336) image_size 336, patch_size 14
+REAL_PROCESSOR = RealProcessor(
+    "llava-hf/llava-v1.6-mistral-7b-hf",
+    "LlavaNextImageProcessor",
+    dict(
+        size={"shortest_edge": 336},
+        crop_size={"height": 336, "width": 336},
+        image_grid_pinpoints=REAL_PINPOINTS,
+        image_mean=CLIP_MEAN,
+        image_std=list(CLIP_STD),
+    ),
+    "LlavaNextConfig",
+    {
+        "vision_config": {"model_type": "clip_vision_model", "image_size": 336, "patch_size": 14},
+        "image_grid_pinpoints": REAL_PINPOINTS,
+    },
+    real="anyres",
+    tiles=True,
 )

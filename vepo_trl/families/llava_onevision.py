@@ -2,7 +2,7 @@
 letterbox are padding."""
 
 from . import _qwen
-from .base import HALF_STD, Family, TinyRecipe, Tok, image_count_row, tiles_layout
+from .base import HALF_STD, Family, RealProcessor, TinyRecipe, Tok, image_count_row, tiles_layout
 
 
 # Its chat template (Qwen2 turns, `<image>` placeholders before the text), as its Hub processors ship it
@@ -76,4 +76,28 @@ FAMILY = Family(
         stop=("<|im_end|>", "<|endoftext|>"),
         suppress=("<image>", "<video>"),
     ),
+)
+
+
+REAL_PINPOINTS = [[384 * i, 384 * j] for i in range(1, 7) for j in range(1, 7)]  # "anyres_max_9"
+
+# llava-hf/llava-onevision-qwen2-7b-ov-hf preprocessor_config.json (as tests/test_anyres_letterbox.py):
+# LlavaOnevisionImageProcessor, size 384x384, mean/std 0.5, image_grid_pinpoints (384 i, 384 j) for i, j in 1..6.
+# config.json vision (SigLIP so400m) image_size 384, patch_size 14
+REAL_PROCESSOR = RealProcessor(
+    "llava-hf/llava-onevision-qwen2-7b-ov-hf",
+    "LlavaOnevisionImageProcessor",
+    dict(
+        size={"height": 384, "width": 384},
+        image_grid_pinpoints=REAL_PINPOINTS,
+        image_mean=list(HALF_STD),
+        image_std=list(HALF_STD),
+    ),
+    "LlavaOnevisionConfig",
+    {
+        "vision_config": {"model_type": "siglip_vision_model", "image_size": 384, "patch_size": 14},
+        "image_grid_pinpoints": REAL_PINPOINTS,
+    },
+    real="anyres",
+    tiles=True,
 )

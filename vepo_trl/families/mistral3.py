@@ -1,7 +1,7 @@
 """Mistral 3 (Mistral-Small-3.1, Pixtral's vision tower): images `(n_images, C, H_max, W_max)` zero-padded +
 `image_sizes`."""
 
-from .base import CLIP_STD, Derived, Family, TinyRecipe, Tok, tiles_layout
+from .base import CLIP_MEAN, CLIP_STD, Derived, Family, RealProcessor, TinyRecipe, Tok, tiles_layout
 
 
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[IMG]", "[IMG_BREAK]", "[IMG_END]", "<pad>")
@@ -54,4 +54,25 @@ FAMILY = Family(
         stop=("</s>",),
         suppress=("[IMG]", "[IMG_BREAK]", "[IMG_END]"),
     ),
+)
+
+
+# mistralai/Mistral-Small-3.1-24B-Instruct-2503 preprocessor_config.json (read: Mistral 3 / Pixtral bundles' files
+# in public fixtures): PixtralImageProcessor, size longest_edge 1540, patch_size 14, CLIP mean/std, resample 3.
+# processor_config.json: patch_size 14, spatial_merge_size 2, so PixtralProcessor hands the image processor
+# patch_size 14 x 2 = 28 on each call. config.json vision (Pixtral) image_size 1540, patch_size 14
+REAL_PROCESSOR = RealProcessor(
+    "mistralai/Mistral-Small-3.1-24B-Instruct-2503",
+    "PixtralImageProcessor",
+    dict(
+        size={"longest_edge": 1540},
+        patch_size={"height": 14, "width": 14},
+        image_mean=CLIP_MEAN,
+        image_std=list(CLIP_STD),
+        resample=3,
+    ),
+    "Mistral3Config",
+    {"vision_config": {"model_type": "pixtral", "image_size": 1540, "patch_size": 14}, "spatial_merge_size": 2},
+    call={"patch_size": {"height": 28, "width": 28}},
+    real="image_sizes",
 )

@@ -1,6 +1,6 @@
 """PaliGemma: images `(n_images, C, H, W)` + `token_type_ids`, a prefix LM (image and prompt bidirectional)."""
 
-from .base import HALF_STD, Derived, Family, TinyRecipe, Tok, image_count_row, tiles_layout
+from .base import HALF_STD, Derived, Family, RealProcessor, TinyRecipe, Tok, image_count_row, tiles_layout
 
 
 # PaliGemma has no chat turns: its image tokens, then the prompt (the processor adds `<bos>` after the images and the
@@ -90,4 +90,16 @@ FAMILY = Family(
         stop=("<eos>",),
         suppress=("<image>",),
     ),
+)
+
+
+# google/paligemma2-3b-pt-224 preprocessor_config.json (as google/paligemma-3b-pt-224's): SiglipImageProcessor,
+# size 224x224, mean/std 0.5, resample 3 (card, not read here). config.json vision (SigLIP) image_size 224,
+# patch_size 14
+REAL_PROCESSOR = RealProcessor(
+    "google/paligemma2-3b-pt-224",
+    "SiglipImageProcessor",
+    dict(size={"height": 224, "width": 224}, image_mean=list(HALF_STD), image_std=list(HALF_STD), resample=3),
+    "PaliGemmaConfig",
+    {"vision_config": {"model_type": "siglip_vision_model", "image_size": 224, "patch_size": 14}},
 )

@@ -4,7 +4,7 @@ Its tiny model is the project's default one (`vepo_trl.testing.build_tiny_qwen2_
 `TinyModelConfig` applies to it, the vision tower's included, and its images are bounded by the config's pixels."""
 
 from . import _qwen
-from .base import CLIP_STD, Derived, Family, TinyRecipe, patch_rows_layout
+from .base import CLIP_MEAN, CLIP_STD, Derived, Family, RealProcessor, TinyRecipe, patch_rows_layout
 
 
 def _check_widths(build) -> None:
@@ -56,4 +56,24 @@ FAMILY = Family(
         generation_bos="<|endoftext|>",
         check=_check_widths,
     ),
+)
+
+
+# Qwen/Qwen2.5-VL-7B-Instruct preprocessor_config.json (read: the copy in github
+# remodlai/qwen-2.5-vl-7b-instruct-lexiq): Qwen2_5_VLImageProcessor, min_pixels 3136, max_pixels 12845056, patch
+# 14, temporal 2, merge 2, CLIP mean/std. config.json vision patch_size 14
+REAL_PROCESSOR = RealProcessor(
+    "Qwen/Qwen2.5-VL-7B-Instruct",
+    "Qwen2VLImageProcessor",
+    dict(
+        min_pixels=3136,
+        max_pixels=12845056,
+        patch_size=14,
+        temporal_patch_size=2,
+        merge_size=2,
+        image_mean=CLIP_MEAN,
+        image_std=list(CLIP_STD),
+    ),
+    "Qwen2_5_VLConfig",
+    {"vision_config": {"patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2}},
 )

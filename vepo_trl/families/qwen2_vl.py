@@ -1,7 +1,7 @@
 """Qwen2-VL: patch rows `(sum t*h*w, 3*2*14*14)` + `image_grid_thw`, CLIP's normalisation."""
 
 from . import _qwen
-from .base import CLIP_STD, Derived, Family, TinyRecipe, patch_rows_layout
+from .base import CLIP_MEAN, CLIP_STD, Derived, Family, RealProcessor, TinyRecipe, patch_rows_layout
 
 
 FAMILY = Family(
@@ -35,4 +35,25 @@ FAMILY = Family(
         top=_qwen.IMAGE_TOKENS,
         **_qwen.GENERATION,
     ),
+)
+
+
+# Qwen/Qwen2-VL-7B-Instruct preprocessor_config.json: Qwen2VLImageProcessor, min_pixels 3136, max_pixels 12845056,
+# patch_size 14, temporal_patch_size 2, merge_size 2, CLIP mean/std (card: Qwen2.5-VL's file below, read, has the
+# same; patch, merge, temporal and stats are also the class defaults, max_pixels not: 1003520 there). config.json
+# vision patch_size 14
+REAL_PROCESSOR = RealProcessor(
+    "Qwen/Qwen2-VL-7B-Instruct",
+    "Qwen2VLImageProcessor",
+    dict(
+        min_pixels=3136,
+        max_pixels=12845056,
+        patch_size=14,
+        temporal_patch_size=2,
+        merge_size=2,
+        image_mean=CLIP_MEAN,
+        image_std=list(CLIP_STD),
+    ),
+    "Qwen2VLConfig",
+    {"vision_config": {"patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2}},
 )

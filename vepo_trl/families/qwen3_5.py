@@ -1,7 +1,7 @@
 """Qwen3.5: Qwen3-VL's images, a language model alternating Gated DeltaNet (linear attention) and full attention."""
 
 from . import _qwen
-from .base import HALF_STD, Derived, Family, TinyRecipe, patch_rows_layout
+from .base import HALF_STD, Derived, Family, RealProcessor, TinyRecipe, patch_rows_layout
 
 
 def _mrope_section(build) -> list[int]:
@@ -48,4 +48,24 @@ FAMILY = Family(
         top=_qwen.IMAGE_TOKENS,
         **_qwen.GENERATION,
     ),
+)
+
+
+# Qwen/Qwen3.5-9B preprocessor_config.json (read: Qwen/Qwen3.5-2B-Base's, as a public log prints it from the Hub;
+# the same file across Qwen3.5):
+# Qwen2VLImageProcessorFast, size 65536 / 16777216, patch 16, temporal 2, merge 2, mean/std 0.5. config.json
+# vision patch_size 16
+REAL_PROCESSOR = RealProcessor(
+    "Qwen/Qwen3.5-9B",
+    "Qwen2VLImageProcessor",
+    dict(
+        size={"shortest_edge": 65536, "longest_edge": 16777216},
+        patch_size=16,
+        temporal_patch_size=2,
+        merge_size=2,
+        image_mean=list(HALF_STD),
+        image_std=list(HALF_STD),
+    ),
+    "Qwen3_5Config",
+    {"vision_config": {"patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2}},
 )

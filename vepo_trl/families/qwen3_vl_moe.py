@@ -1,7 +1,7 @@
 """Qwen3-VL-MoE: Qwen3-VL's images and vision tower, sparse experts in the language model."""
 
 from . import _qwen
-from .base import HALF_STD, OMIT, Derived, Family, TinyRecipe, patch_rows_layout
+from .base import HALF_STD, OMIT, Derived, Family, RealProcessor, TinyRecipe, patch_rows_layout
 
 
 FAMILY = Family(
@@ -34,4 +34,21 @@ FAMILY = Family(
         top=_qwen.IMAGE_TOKENS,
         **_qwen.GENERATION,
     ),
+)
+
+
+# Qwen/Qwen3-VL-30B-A3B-Instruct: as qwen3-vl, the same preprocessor_config.json and vision tower (card)
+REAL_PROCESSOR = RealProcessor(
+    "Qwen/Qwen3-VL-30B-A3B-Instruct",
+    "Qwen2VLImageProcessor",
+    dict(
+        size={"shortest_edge": 65536, "longest_edge": 16777216},
+        patch_size=16,
+        temporal_patch_size=2,
+        merge_size=2,
+        image_mean=list(HALF_STD),
+        image_std=list(HALF_STD),
+    ),
+    "Qwen3VLMoeConfig",
+    {"vision_config": {"patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2}},
 )

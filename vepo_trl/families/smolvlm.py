@@ -1,7 +1,7 @@
 """SmolVLM (and Idefics3, its architecture): tiles `(B, n_tiles, C, H, W)` + `pixel_attention_mask`, zero tiles are
 padding."""
 
-from .base import HALF_STD, Family, TinyRecipe, Tok, tiles_layout
+from .base import HALF_STD, Family, RealProcessor, TinyRecipe, Tok, tiles_layout
 
 
 SPECIAL_TOKENS = (
@@ -51,4 +51,28 @@ FAMILY = Family(
         stop=("<end_of_utterance>",),
         suppress=("<image>", "<fake_token_around_image>", "<global-img>"),
     ),
+)
+
+
+# HuggingFaceTB/SmolVLM2-2.2B-Instruct preprocessor_config.json: SmolVLMImageProcessor, size longest_edge 1536
+# (the whole image, 4 x 384), max_image_size longest_edge 384 (the tiles), do_image_splitting true, mean/std 0.5,
+# resample 1 (Lanczos) (card; a public reader's fixture of SmolVLM's files has this 1536 / 384 pair with vision
+# image_size 384, patch 14; the class defaults are 4 x 364 / 364; the 256M / 500M checkpoints use 512 px tiles of
+# 16 px patches instead). config.json vision image_size 384, patch_size 14
+REAL_PROCESSOR = RealProcessor(
+    "HuggingFaceTB/SmolVLM2-2.2B-Instruct",
+    "SmolVLMImageProcessor",
+    dict(
+        size={"longest_edge": 1536},
+        max_image_size={"longest_edge": 384},
+        do_image_splitting=True,
+        image_mean=list(HALF_STD),
+        image_std=list(HALF_STD),
+        resample=1,
+    ),
+    "SmolVLMConfig",
+    {"vision_config": {"image_size": 384, "patch_size": 14}, "scale_factor": 3},
+    per_prompt=True,
+    real="pixel_mask",
+    tiles=True,
 )

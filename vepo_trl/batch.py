@@ -45,7 +45,7 @@ _LAYOUT_KEYS = ("image_grid_thw", "image_position_ids", "spatial_shapes", "num_t
 
 
 def per_row_pixels(inputs: dict[str, Any], rows: int) -> bool:
-    """Idefics3 / SmolVLM: `pixel_values` `(rows, n_tiles, C, H, W)`, one padded entry per response, and no key that
+    """Tiles per sample: `pixel_values` `(rows, n_tiles, C, H, W)`, one padded entry per response, and no key that
     says so. TRL tells that layout from one entry per image by `pixel_values.size(0) == sum(num_images)`, which also
     holds for it whenever a batch has as many images as responses (two images and a text-only prompt, 1/0/2/1)."""
     pixel_values = inputs.get("pixel_values")
@@ -81,7 +81,7 @@ def take_rows(inputs: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
     num_images = inputs.get("num_images")
     if num_images is not None:
         out["num_images"] = [num_images[r] for r in rows_list]
-    if inputs.get("num_tiles") is not None:  # tiles per response (InternVL, LFM2-VL): TRL's forward slices by them
+    if inputs.get("num_tiles") is not None:  # tiles per response (a flat run of tiles): TRL's forward slices by them
         out["num_tiles"] = [inputs["num_tiles"][r] for r in rows_list]
     if inputs.get("pixel_values") is not None and num_images is not None:
         present = {key: inputs[key] for key in MULTIMODAL_KEYS if inputs.get(key) is not None}
@@ -89,7 +89,7 @@ def take_rows(inputs: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
         per_row = [key for key, value in split.items() if isinstance(value, list) and key not in _SPLIT_KEYS]
         batch_size = len(num_images)
         for key in ("pixel_values", "pixel_attention_mask"):
-            # One padded entry per response (Idefics3 / SmolVLM tiles and their mask): TRL's split leaves them as they
+            # One padded entry per response (tiles per sample and their mask): TRL's split leaves them as they
             # are (or splits only `pixel_values`), and its forward slices them by row, as here
             if key not in per_row and isinstance(split.get(key), torch.Tensor) and split[key].size(0) == batch_size:
                 split = {**split, key: list(split[key].split(1))}
@@ -147,7 +147,7 @@ def image_safe_forward(forward):
 
 
 def causal_completion(token_type_ids: torch.Tensor | None, completion_length: int) -> torch.Tensor | None:
-    """A prefix-LM's `token_type_ids` `(B, P + T)` (PaliGemma: 0 = prefix, attended bidirectionally; 1 = suffix,
+    """A prefix-LM's `token_type_ids` `(B, P + T)` (0 = prefix, attended bidirectionally; 1 = suffix,
     causal) with the completion as suffix. TRL 1.16 extends the prompt's token types with zeros, which puts the
     completion in the bidirectional prefix: each completion token's log-prob then sees the tokens after it, while
     `generate` sampled it causally (transformers extends with ones there)."""

@@ -1,7 +1,7 @@
 """Restore a Trainer checkpoint's weights under the model's own names.
 
 transformers 5 saves a model in its checkpoint format: `save_pretrained` reverts the key conversion `from_pretrained`
-applies (Qwen2.5-VL's `model.visual.blocks.0...` is saved as `visual.blocks.0...`, `model.language_model.layers...`
+applies (a `model.visual.blocks.0...` is saved as `visual.blocks.0...`, `model.language_model.layers...`
 as `model.layers...`). The Trainer's resume (`Trainer._load_from_checkpoint`, `_load_best_model`) reads that file
 back with a plain `model.load_state_dict(state_dict, strict=False)`, so on every such family all weights but the
 few whose names the conversion leaves alone are reported as missing keys and keep their values: a resumed run

@@ -2,7 +2,7 @@
 
 vepo-trl demo                      train VEPO on a tiny model and synthetic data on the CPU (~35 s on 2 cores)
 vepo-trl demo --warm_start         the same from the lab's warm start (SFT'd tiny VLM): a model the reward can improve
-vepo-trl demo --model_family F     the same on another family's tiny model (qwen3-vl, gemma3, smolvlm, ...)
+vepo-trl demo --model_family F     the same on another family's tiny model (tiny-F, README)
 vepo-trl train --config R.yaml     train from a recipe (any key can be overridden: --selection_ratio 0.3)
 vepo-trl eval --model M            the paper's seven benchmarks, a Table-1 summary (alias: evaluate; --help)
 vepo-trl strategies                list the selection strategies and perturbations

@@ -1,7 +1,7 @@
 """Model names that stand for models built on this machine instead of downloaded: one place for every command.
 
 - `tiny-qwen2.5-vl`: the tiny random Qwen2.5-VL of `vepo_trl.testing` (the CPU demo and tests), built once and cached;
-  `tiny-<family>` the same for every family of `vepo_trl.testing.TINY_FAMILIES` (`tiny-qwen3-vl`, `tiny-gemma3`, ...).
+  `tiny-<family>` the same for every family of `vepo_trl.testing.TINY_FAMILIES` (`tiny-<family>` for each).
 - `lab-warm-start`: the lab's SFT'd small Qwen2.5-VL (`vepo_trl.lab.warm_start`), built on first use and cached.
 
 A folder of the same name in the working directory wins: the name then means that folder, as for any local path.
@@ -132,8 +132,8 @@ def missing_weights(folder: str | Path) -> bool:
 
 def image_factor_of(name: str | None, revision: str | None = None) -> int | None:
     """The multiple a model's processor rounds image sides to, read off its processor config on this machine (its
-    folder or the Hub cache): `patch_size x merge_size` for the Qwen-VL layouts (28 for Qwen2.5-VL, 32 for Qwen3-VL),
-    1 for a processor that resizes on its own terms (Gemma 3, LLaVA, InternVL, SmolVLM, ...); None when no processor
+    folder or the Hub cache): `patch_size x merge_size` for the patch-row layouts (28 or 32),
+    1 for a processor that resizes on its own terms (whole images, tiles, crops); None when no processor
     config is here (a built-in model not built yet, a Hub id not cached)."""
     import json
 

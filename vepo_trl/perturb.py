@@ -3,11 +3,13 @@
 TRL keeps the processed `pixel_values` of a rollout, not the raw images, so the perturbations work there, on the
 normalised tensor, through a layout that knows its shape (`families` picks the layout of each model family):
 
-- `PixelLayout` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): each row is one patch laid out as `(channel, temporal copy, P, P)`
-  (P = 14, or 16 on Qwen3-VL). For a still image the processor stores the frame twice (the two temporal copies), so
-  pixel-space noise is drawn once per pixel and shared by both copies;
-- `ImageLayout` (Gemma 3, Idefics3 / SmolVLM, LLaVA-OneVision, InternVL, Mistral3): whole normalised tiles
-  `(..., C, H, W)`.
+- `PixelLayout`: flattened patch rows + `image_grid_thw`, each row one patch laid out as `(channel, temporal copy, P,
+  P)`. For a still image the processor stores the frame twice (the two temporal copies), so pixel-space noise is
+  drawn once per pixel and shared by both copies;
+- `ImageLayout`: whole normalised images or tiles `(..., C, H, W)`;
+- `PositionedPatchLayout`: padded patch rows addressed by `image_position_ids`.
+
+Which family uses which layout, with which options, is its module's (`vepo_trl/families/`).
 
 Why on the normalised tensor and not on the image before the processor: the processor's resize is the only step
 between the two, and it runs before normalisation, so un-normalising to [0, 1] (the rescaled image), perturbing,
@@ -51,7 +53,7 @@ __all__ = [
     "RELEASE_NUM_GENERATIONS",
 ]
 
-# OpenAI CLIP statistics, the defaults of Qwen2.5-VL's image processor
+# OpenAI CLIP statistics, the defaults of `Qwen2VLImageProcessor`
 _CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 _CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
@@ -124,16 +126,16 @@ class PixelLayout:
 @dataclass(frozen=True)
 class ImageLayout:
     """`pixel_values` holding whole normalised images or tiles, channels before height and width (`(..., C, H, W)`):
-    Gemma 3 `(n_images, C, H, W)`, Idefics3 / SmolVLM `(B, n_tiles, C, H, W)`, LLaVA-OneVision
+    whole images `(n_images, C, H, W)`, tiles per sample `(B, n_tiles, C, H, W)`, any-res crops
     `(n_images, n_crops, C, H, W)`. The unit a perturbation sees is one tile `(C, H, W)`; the vision tower cuts it into
     `patch_size` squares from the top-left corner (a remainder the patch convolution never reads stays as it is).
 
-    A tile whose values are all exactly 0 is padding (Idefics3 pads a sample's tiles with zeros and drops them by that
-    test; LLaVA-OneVision pads crops that `image_sizes` then skips): perturbations leave it as it is. With
+    A tile whose values are all exactly 0 is padding (a processor that pads a sample's tiles with zeros and a model
+    that drops them by that test; any-res crops that `image_sizes` then skips): perturbations leave it as it is. With
     `zero_tile_is_padding` the model itself drops all-zero tiles, so a perturbed tile that comes out all 0 (the mean
     image) gets its first value set to the dtype's smallest normal number (1e-38 in fp32) to stay an image. With
-    `crop_to_image_sizes` (Mistral3 / Pixtral: images of one batch padded with zeros to the largest, `image_sizes` the
-    real height and width; or `crop_to_pixel_mask`, Idefics2, where `pixel_attention_mask` tells them), only each
+    `crop_to_image_sizes` (images of one batch padded with zeros to the largest, `image_sizes` the real height and
+    width; or `crop_to_pixel_mask`, where `pixel_attention_mask` tells them), only each
     image's own top-left `(h, w)` pixels are perturbed, seeded and noised, so a prompt's perturbed image does not
     depend on what else is in its batch."""
 
@@ -142,10 +144,10 @@ class ImageLayout:
     patch_size: int = 14
     zero_tile_is_padding: bool = False
     crop_to_image_sizes: bool = False
-    # Idefics2: images of one batch padded (bottom, right) with zeros to the largest, `pixel_attention_mask` marking
+    # Images of one batch padded (bottom, right) with zeros to the largest, `pixel_attention_mask` marking
     # each tile's real pixels: only those are perturbed, seeded and noised
     crop_to_pixel_mask: bool = False
-    # Any-res (LLaVA-NeXT, LLaVA-OneVision): the processor's resolutions and crop size, to tell each crop's letterbox
+    # Any-res crops: the processor's resolutions and crop size, to tell each crop's letterbox
     # padding from the image (`anyres_boxes`); empty for every other layout
     grid_pinpoints: tuple[tuple[int, int], ...] = ()
     crop_size: tuple[int, int] | None = None
@@ -197,7 +199,7 @@ class ImageLayout:
 class PositionedPatchLayout:
     """`pixel_values` `(n_images, max_patches, P * P * C)`: each image's `P x P` patches as rows (channels last within a
     row), zero-padded to one count for every image, with `image_position_ids` `(n_images, max_patches, 2)` the only
-    record of where each row lies: its (column, row) on the image's patch grid, -1 for a padding row (Gemma 4).
+    record of where each row lies: its (column, row) on the image's patch grid, -1 for a padding row.
 
     The unit a perturbation sees is the image put back together from its real rows, `(C, rows * P, cols * P)`, so noise
     and dropped patches land on the model's own patch grid; padding rows stay as they are. The padded length is the
@@ -476,7 +478,7 @@ def black_image(rows, grid, layout, generator, **_):
 
 @register_perturbation("patch_blackout")
 def patch_blackout(rows, grid, layout, generator, *, patch_probability: float = 0.5, **_):
-    """Each of the model's patches (14x14 on Qwen2.5-VL, 16x16 on Qwen3-VL) blacked out with probability
+    """Each of the model's patches (its vision tower's patch size, e.g. 14x14 or 16x16) blacked out with probability
     `patch_probability` (VPPO: 0.5, PAPO: 0.6)."""
     return torch.where(layout.patch_drop(rows, generator, patch_probability), layout.black(rows), rows)
 
@@ -501,8 +503,8 @@ def tile_seeds(tiles: torch.Tensor, seed: int, step: int) -> list[int]:
 
 def _tile_groups(pixel_values: torch.Tensor, tile_groups: list[int] | None) -> list[int]:
     """How many consecutive tiles make one image (or one response's images): the leading entry of a 5-D tensor
-    (SmolVLM: a response, LLaVA-NeXT / OneVision: an image), else `tile_groups` (InternVL's tiles per response),
-    else one tile each (Gemma 3, Mistral3: one tile per image)."""
+    (tiles per sample: a response; any-res crops: an image), else `tile_groups` (a flat run of tiles counted per
+    response), else one tile each (whole images: one tile per image)."""
     count = math.prod(pixel_values.shape[:-3])
     if pixel_values.ndim >= 5:
         return [math.prod(pixel_values.shape[1:-3])] * pixel_values.shape[0]
@@ -532,7 +534,7 @@ def _grouped_tile_seeds(tiles, sizes, groups: list[int], seed: int, step: int) -
 
 def _real_sizes(tiles: torch.Tensor, layout: ImageLayout, image_sizes, pixel_mask) -> list[tuple[int, int]]:
     """Each tile's own top-left `(h, w)`: the whole tile, or its image's size where a batch pads images to its
-    largest (`image_sizes`, Mistral3; `pixel_attention_mask`, Idefics2)."""
+    largest (`image_sizes`, or `pixel_attention_mask`)."""
     if layout.crop_to_image_sizes and image_sizes is not None:
         if len(image_sizes) != tiles.shape[0]:
             raise ValueError(f"{len(image_sizes)} image_sizes for {tiles.shape[0]} images in pixel_values.")
@@ -583,7 +585,7 @@ def _perturb_tiles(
 
 
 def _perturb_on_patch_grid(fn, tile: torch.Tensor, layout: ImageLayout, generator, params) -> torch.Tensor:
-    """An image `(C, h, w)` perturbed on the whole patches that cover it (Idefics2 counts a patch with any real pixel
+    """An image `(C, h, w)` perturbed on the whole patches that cover it (a model may count a patch with any real pixel
     as real, so the last row and column of patches may be part padding), the padding then cut off again: the noise
     and the patches dropped depend on the image alone, not on the batch's padding."""
     p = layout.patch_size
@@ -650,13 +652,13 @@ def perturb_pixel_values(
 ) -> torch.Tensor:
     """Perturb every image in a batch's `pixel_values` with the named perturbation.
 
-    With a `PixelLayout` (Qwen2-VL family), `pixel_values` are patch rows `(sum_i t*h*w, row_size)` and
+    With a `PixelLayout`, `pixel_values` are patch rows `(sum_i t*h*w, row_size)` and
     `image_grid_thw` says which rows are which image; with an `ImageLayout` (every other family), `pixel_values`
     are `(..., C, H, W)` tiles, each perturbed on its own (`image_grid_thw` is not used; `image_sizes` `(n, 2)` crops
-    each image's padding off when the layout says so, Mistral3 / Pixtral; `tile_groups` counts the tiles of each
-    response in a flat tile tensor, InternVL's `num_tiles`, so that each tile is seeded from its image and its
-    position there; `pixel_attention_mask` marks each tile's real pixels where the layout crops by it, Idefics2). With
-    a `PositionedPatchLayout` (Gemma 4), `pixel_values` are padded patch rows `(n_images, max_patches, row_size)` and
+    each image's padding off when the layout says so; `tile_groups` counts the tiles of each response in a flat tile
+    tensor, TRL's `num_tiles`, so that each tile is seeded from its image and its position there;
+    `pixel_attention_mask` marks each tile's real pixels where the layout crops by it). With a
+    `PositionedPatchLayout`, `pixel_values` are padded patch rows `(n_images, max_patches, row_size)` and
     `image_position_ids` says where each lies (-1: padding).
     `params` go to the
     perturbation (`noise_step`, `sigma`, `patch_probability`); ones it does not use are ignored. Returns a new tensor
@@ -671,10 +673,10 @@ def perturb_pixel_values(
             fn, pixel_values, layout, image_sizes, seed, step, params, tile_groups, pixel_attention_mask
         )
     if image_grid_thw is None:
-        raise ValueError("Qwen2-VL-style pixel_values need their image_grid_thw.")
+        raise ValueError("Patch-row pixel_values need their image_grid_thw.")
     if pixel_values.ndim != 2 or pixel_values.shape[1] != layout.row_size:
         raise ValueError(
-            f"Expected Qwen2-VL-style pixel_values of shape (rows, {layout.row_size}), got {tuple(pixel_values.shape)}."
+            f"Expected patch-row pixel_values of shape (rows, {layout.row_size}), got {tuple(pixel_values.shape)}."
         )
     counts = _image_row_counts(image_grid_thw, layout)
     if sum(counts) != pixel_values.shape[0]:

@@ -23,7 +23,7 @@ from .sharding import dummy_image, full_lm_head
 
 def check_vision_support(processing_class, strategy: str, model=None) -> PixelLayout | ImageLayout:
     """Refuse, at start-up, a model whose images the perturbed pass cannot perturb; else return their layout
-    (`families.pixel_layout`). Without a model, the Qwen2-VL layout is read off the image processor."""
+    (`families.pixel_layout`). Without a model, the patch-row layout is read off the image processor."""
     from transformers import ProcessorMixin
 
     if not isinstance(processing_class, ProcessorMixin) or not hasattr(processing_class, "image_processor"):
@@ -106,7 +106,7 @@ class PerturbedPass:
             text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
             encoded = processor(images=[dummy_image()], text=[text], return_tensors="pt")
             device = self.host.accelerator.device
-            # PaliGemma's processor adds prompt-only `labels`: the dummy needs no loss
+            # A prefix LM's processor adds prompt-only `labels`: the dummy needs no loss
             self._dummy_inputs = {
                 k: v.to(device) for k, v in encoded.items() if isinstance(v, torch.Tensor) and k != "labels"
             }

@@ -1,4 +1,4 @@
-"""Prompt tokenisation for processors that return tensors by default (Mistral 3's `PixtralProcessor`).
+"""Prompt tokenisation for processors that return tensors by default (`PixtralProcessor`).
 
 TRL 1.16 tokenises a batch's prompts in one unpadded `apply_chat_template` call and expects one list of ids per
 prompt. A processor whose text defaults set `return_tensors="pt"` cannot stack prompts of different lengths, so
@@ -24,7 +24,7 @@ __all__ = ["UnpaddedPromptIds", "needs_padding", "padded_then_unpadded", "text_r
 
 def needs_padding(processing_class) -> bool:
     """Whether TRL 1.16's unpadded tokenisation of unequal prompts fails with this processor: its text defaults return
-    tensors (Mistral 3), or it builds prefix-LM `labels` with `np.array` over the ragged ids (PaliGemma)."""
+    tensors, or it builds prefix-LM `labels` with `np.array` over the ragged ids."""
     return text_returns_tensors(processing_class) or "labels" in getattr(processing_class, "model_input_names", ())
 
 

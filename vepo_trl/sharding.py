@@ -108,7 +108,7 @@ def _tensors(output) -> list[torch.Tensor]:
 class VisionTowerAlignment:
     """Hooks that make every forward of a vision-language model run its vision tower once (see the module doc).
 
-    `multimodal_model` is the model holding the vision tower and the language model (Qwen2.5-VL's `model.model`);
+    `multimodal_model` is the model holding the vision tower and the language model (`model.model` of a `...ForConditionalGeneration`);
     `dummy_inputs` the processor's image inputs for one small image (`pixel_values`, `image_grid_thw`, ...), passed
     to its `get_image_features`."""
 
@@ -119,7 +119,7 @@ class VisionTowerAlignment:
         if self.vision is None or self.language is None or not hasattr(multimodal_model, "get_image_features"):
             raise ValueError(
                 f"{type(multimodal_model).__name__} has no vision tower and language model VEPO can align under "
-                "sharding; run it without FSDP / ZeRO-3, or with a Qwen2-VL-family model."
+                "sharding; run it without FSDP / ZeRO-3, or with a supported family (README)."
             )
         self.dummy_inputs = dummy_inputs
         self.dummy_forwards = 0  # forwards whose vision tower ran on the dummy image (tests read it)
@@ -202,7 +202,7 @@ class VisionTowerAlignment:
         # module orders must agree
         pooled = getattr(features, "pooler_output", None)
         if pooled is not None:
-            # Qwen3-VL feeds its deepstack features to the language model too: their mergers need a gradient as well
+            # Deepstack features feed the language model too (a `deepstack_features` output): their mergers need a gradient
             features = [pooled, getattr(features, "deepstack_features", None)]
         self._ran = True
         self.dummy_forwards += 1
@@ -231,7 +231,7 @@ class VisionTowerAlignment:
 
 def gradients_reduce_by_bucket(trainer, model: torch.nn.Module) -> bool:
     """DeepSpeed ZeRO-1 / ZeRO-2 with a trainable part on the image path (the vision tower, or the projector that
-    stays trainable with a frozen tower: LLaVA's `multi_modal_projector`, Qwen's merger): gradients are reduced in
+    stays trainable with a frozen tower: a `multi_modal_projector`, a patch merger): gradients are reduced in
     buckets of the parameters that got one, so a process whose micro-batch has no image fills other buckets than one
     whose has, and the reductions mismatch (gloo: a size error; NCCL: a likely hang)."""
     plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)

@@ -435,7 +435,7 @@ def load_dataset_split(
                 name,
                 split,
                 **pixel_bounds(script_args, name),
-                # The model's own multiple (Qwen3-VL: 32), so its processor does not resample the image again
+                # The model's own multiple (patch x merge size), so its processor does not resample the image again
                 image_factor=image_factor or IMAGE_FACTOR,
                 strict=script_args.strict_data,
                 seed=seed,
@@ -458,7 +458,7 @@ def load_dataset_split(
 def freeze_vision_tower(model) -> int:
     """Freeze the vision encoder (and Qwen's patch merger); returns how many parameters were frozen."""
     inner = getattr(model, "model", None)
-    # Qwen-VL calls it `visual`, Gemma 3 / LLaVA / InternVL / Mistral3 `vision_tower`, Idefics3 / SmolVLM `vision_model`
+    # transformers calls it `visual`, `vision_tower` or `vision_model`, by family
     names = ("visual", "vision_tower", "vision_model")
     tower = next((getattr(m, n) for m in (inner, model) for n in names if getattr(m, n, None) is not None), None)
     if tower is None:

@@ -203,13 +203,13 @@ class VEPOTrainer(
 
     def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
         # Processor outputs TRL 1.16's forward takes no keyword for reach it with the image inputs, and its rollout-time
-        # forwards (a reference model, vLLM importance sampling, old log-probs) raise TypeError: LLaVA-OneVision's
-        # `batch_num_images` (the model reads the layout off `image_sizes`), PaliGemma's prompt-only `labels` (TRL
-        # builds its own). Each is kept once TRL takes it.
+        # forwards (a reference model, vLLM importance sampling, old log-probs) raise TypeError: `batch_num_images`
+        # (the model reads the layout off `image_sizes`), a prefix LM's prompt-only `labels` (TRL builds its own).
+        # Each is kept once TRL takes it.
         for key in _PROCESSOR_ONLY_KEYS:
             if key in kwargs and key not in _TRL_FORWARD_KEYWORDS:
                 kwargs.pop(key)
-        # PaliGemma: TRL's rollout-time forwards get the completion in the bidirectional prefix (`causal_completion`)
+        # A prefix LM: TRL's rollout-time forwards get the completion in the bidirectional prefix (`causal_completion`)
         if self._prefix_lm and kwargs.get("token_type_ids") is not None:
             length = _TRL_FORWARD_SIGNATURE.bind(self, model, *args, **kwargs).arguments["logits_to_keep"]
             kwargs["token_type_ids"] = causal_completion(kwargs["token_type_ids"], length)

@@ -1,8 +1,8 @@
 """Image prompts for vLLM in colocate mode: one placeholder per image, as vLLM expects them.
 
-TRL 1.16 tokenises a prompt with the processor, so each image already stands as its N feature tokens (Qwen2.5-VL: N
-`<|image_pad|>`), and hands those ids to `LLM.generate` together with the raw image. vLLM runs its own prompt update on
-token prompts (Qwen2-VL's `PromptReplacement`: each `<|image_pad|>` of an image becomes that image's N tokens), so the
+TRL 1.16 tokenises a prompt with the processor, so each image already stands as its N feature tokens (N
+`<|image_pad|>` on the Qwen families), and hands those ids to `LLM.generate` together with the raw image. vLLM runs its own prompt update on
+token prompts (a `PromptReplacement`: each `<|image_pad|>` of an image becomes that image's N tokens), so the
 pre-expanded prompt is expanded a second time: 6 pads become 11, and the rollout is sampled from a corrupted prompt
 while the trainer scores the clean one (huggingface/trl#6294 and #6401, open; the fix proposed in #6718 renders an
 unexpanded copy with the tokenizer alone for vLLM). `VEPOTrainer` does the same without patching TRL: the trainer
@@ -101,8 +101,8 @@ def unexpanded_prompt_ids(
     )
     tokenizer = getattr(processing_class, "tokenizer", processing_class)
     ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
-    # The token vLLM expands per image: the image token (Qwen2-VL family, Idefics3 / SmolVLM) or the begin-of-image
-    # token (Gemma 3, whose processor expands it into the image's soft tokens)
+    # The token vLLM expands per image: the image token, or the begin-of-image token where the processor expands that
+    # into the image's soft tokens
     targets = [getattr(processing_class, "image_token_id", None)]
     if getattr(processing_class, "boi_token", None):
         targets.append(tokenizer.convert_tokens_to_ids(processing_class.boi_token))
@@ -273,7 +273,7 @@ def _colocated_engine(generation):
 def images_only_engine(args) -> Iterator[None]:
     """While the block runs (TRL building its colocated `LLM`), the engine is told that prompts carry no videos
     (`limit_mm_per_prompt={"video": 0}`, unless TRL sets the limits itself): VEPO trains on images. vLLM <= 0.31
-    otherwise profiles a dummy video at start-up by calling Qwen3-VL's / Qwen3.5's processor with video
+    otherwise profiles a dummy video at start-up by calling a video-capable processor with video
     placeholders and no videos, which transformers >= 5.18 refuses ("Found 1 <|video_pad|> tokens in the text but no
     videos were passed"), and the engine never starts."""
     if not (args.use_vllm and args.vllm_mode == "colocate"):

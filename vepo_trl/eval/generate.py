@@ -121,7 +121,7 @@ class VLLMGenerator:
         self.llm = LLM(
             model=model_id,
             tensor_parallel_size=tensor_parallel_size,
-            # No video: vLLM <= 0.31 otherwise profiles a dummy one through Qwen3-VL's / Qwen3.5's processor at start-up,
+            # No video: vLLM <= 0.31 otherwise profiles a dummy one through a video-capable processor at start-up,
             # which transformers >= 5.18 refuses (see vllm_prompts.images_only_engine)
             limit_mm_per_prompt={"image": max_images, "video": 0},
             dtype=dtype,

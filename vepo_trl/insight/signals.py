@@ -173,7 +173,7 @@ def encode_prompt(
     messages = prepare_multimodal_messages([dict(m) for m in messages], images=list(images))
     text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     inputs = processor(text=[text], images=list(images), return_tensors="pt")
-    # PaliGemma's prompt-only `labels` are no model input here
+    # A prefix LM's prompt-only `labels` are no model input here
     return {
         key: value.to(device) if device is not None else value
         for key, value in inputs.items()
@@ -346,7 +346,7 @@ def perturb_prompt_pixels(
     prompt: Mapping[str, torch.Tensor], layout, settings: SignalSettings, family=None
 ) -> torch.Tensor:
     """The prompt's `pixel_values` perturbed as `VEPOTrainer` perturbs them for this prompt's responses: the same
-    layout inputs and, for tiles counted per response (InternVL's `num_tiles`), the prompt's tiles as one group."""
+    layout inputs and, for tiles counted per response (TRL's `num_tiles`), the prompt's tiles as one group."""
     pixel_values = prompt["pixel_values"]
     tile_groups = [pixel_values.size(0)] if family is not None and family.tiles_per_prompt else None
     return perturb_pixel_values(
@@ -374,7 +374,7 @@ def _repeat(value: torch.Tensor, n: int) -> torch.Tensor:
 
 def _repeated(prompt, completion_ids, completion_mask, *, prefix_lm: bool) -> dict[str, torch.Tensor]:
     """Model inputs of `n` responses to one prompt, pixel values aside: prompt + completion ids and masks, the
-    per-token types extended over the completion (0 = text; 1 for a prefix LM's causal suffix, PaliGemma), every
+    per-token types extended over the completion (0 = text; 1 for a prefix LM's causal suffix), every
     other image input repeated."""
     n = completion_ids.size(0)
     inputs = {

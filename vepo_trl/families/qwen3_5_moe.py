@@ -3,7 +3,7 @@
 import dataclasses
 
 from . import qwen3_5
-from .base import HALF_STD, Family, RealProcessor, patch_rows_layout
+from .base import HALF_STD, Family, patch_rows_layout
 
 
 FAMILY = Family(
@@ -30,17 +30,6 @@ FAMILY = Family(
 
 
 # Qwen/Qwen3.5-35B-A3B: as qwen3.5, its preprocessor_config.json and vision tower (card)
-REAL_PROCESSOR = RealProcessor(
-    "Qwen/Qwen3.5-35B-A3B",
-    "Qwen2VLImageProcessor",
-    dict(
-        size={"shortest_edge": 65536, "longest_edge": 16777216},
-        patch_size=16,
-        temporal_patch_size=2,
-        merge_size=2,
-        image_mean=list(HALF_STD),
-        image_std=list(HALF_STD),
-    ),
-    "Qwen3_5MoeConfig",
-    {"vision_config": {"patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2}},
+REAL_PROCESSOR = dataclasses.replace(
+    qwen3_5.REAL_PROCESSOR, checkpoint="Qwen/Qwen3.5-35B-A3B", config="Qwen3_5MoeConfig"
 )

@@ -1,7 +1,9 @@
 """Qwen3-VL-MoE: Qwen3-VL's images and vision tower, sparse experts in the language model."""
 
-from . import _qwen
-from .base import HALF_STD, OMIT, Derived, Family, RealProcessor, TinyRecipe, patch_rows_layout
+import dataclasses
+
+from . import _qwen, qwen3_vl
+from .base import HALF_STD, OMIT, Derived, Family, patch_rows_layout
 
 
 FAMILY = Family(
@@ -12,14 +14,10 @@ FAMILY = Family(
     pixel_values="patch rows `(sum t*h*w, 3*2*16*16)` + `image_grid_thw`",
     make_layout=patch_rows_layout,
     reference=("Qwen/Qwen3-VL-30B-A3B-Instruct", HALF_STD),
-    tiny=TinyRecipe(
+    tiny=dataclasses.replace(
+        qwen3_vl.FAMILY.tiny,
         model="Qwen3VLMoeForConditionalGeneration",
         config="Qwen3VLMoeConfig",
-        processor="Qwen3VLProcessor",
-        **_qwen.TOKENS,
-        chat_template="trl:qwen3_vl_chat_template",
-        image_processor=_qwen.image_processor(16, half_stats=True),
-        parts=_qwen.QWEN3_PARTS,
         text={
             **_qwen.QWEN3_TEXT,
             "moe_intermediate_size": 32,
@@ -29,26 +27,11 @@ FAMILY = Family(
             # vLLM reads it at its widths (real checkpoints carry it; transformers 5 declares none)
             "norm_topk_prob": Derived(lambda build: True if _qwen.wide(build) else OMIT),
         },
-        vision=_qwen.QWEN3_VISION,
-        shared_vision=False,
-        top=_qwen.IMAGE_TOKENS,
-        **_qwen.GENERATION,
     ),
 )
 
 
 # Qwen/Qwen3-VL-30B-A3B-Instruct: as qwen3-vl, the same preprocessor_config.json and vision tower (card)
-REAL_PROCESSOR = RealProcessor(
-    "Qwen/Qwen3-VL-30B-A3B-Instruct",
-    "Qwen2VLImageProcessor",
-    dict(
-        size={"shortest_edge": 65536, "longest_edge": 16777216},
-        patch_size=16,
-        temporal_patch_size=2,
-        merge_size=2,
-        image_mean=list(HALF_STD),
-        image_std=list(HALF_STD),
-    ),
-    "Qwen3VLMoeConfig",
-    {"vision_config": {"patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2}},
+REAL_PROCESSOR = dataclasses.replace(
+    qwen3_vl.REAL_PROCESSOR, checkpoint="Qwen/Qwen3-VL-30B-A3B-Instruct", config="Qwen3VLMoeConfig"
 )

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from vepo_trl.testing import DEFAULT_FAMILY, layout_signature, one_per_layout
+
 from .test_distributed import free_port
 
 
@@ -182,10 +184,38 @@ def test_sharded_upstream_fsdp2_trains_a_vlm_head_on_each_process_own_data(tmp_p
     assert name == "lm_head.weight" and difference > 1e-2
 
 
-# One family per `pixel_values` layout beside Qwen's patch rows: per-response tiles, any-res crops, tiles counted per
-# prompt, images `(n_images, C, H, W)` (Mistral 3's padded to the batch's largest, the case of Gemma 3's and
-# LLaVA-1.5's equal-size ones; Gemma 3 ran too: 2.0e-7 off one process)
-LAYOUT_FAMILIES = ["smolvlm", "llava-next", "internvl", "mistral3"]
+# One family per arrangement of `pixel_values` beside the patch rows tested above (`testing.one_per_layout` by the
+# layout class, pixel_values' rank, `image_sizes` and tiles counted per prompt: whole images, images padded with
+# their sizes, per-row tiles, any-res crops, per-prompt tiles, padded patch rows), among the families that take
+# text-only rows. Alike in these, families take the same sharded paths; Gemma 3 and LLaVA-NeXT ran too when picked
+def _arrangement(signature):
+    return (signature.layout, signature.pixel_rank, "image_sizes" in signature.inputs, signature.tiles_per_prompt)
+
+
+def _takes_the_ranks_data(name):
+    """The family trains on the processes' data (text-only rows, prompts of one and two images) at all."""
+    from vepo_trl.testing import takes
+
+    from .distributed.trainer_ranks import dataset
+
+    return takes(name, dataset())
+
+
+LAYOUT_FAMILIES = [
+    name
+    for name in one_per_layout(key=_arrangement, accepts=_takes_the_ranks_data)
+    if layout_signature(name).layout != layout_signature(DEFAULT_FAMILY).layout
+]
+# Gemma 4 on two processes ends 8e-3 from one process under plain DDP as well (steps 1-3's losses equal to 1e-6, step
+# 4's 7e-4 apart), so not through sharding; its prompts' padding, which TRL 1.16 took for prompt tokens (0.81 apart),
+# is dropped now (`prompt_padding`). What is left is not found yet
+_NOT_ONE_PROCESS_YET = {"gemma4"}
+LAYOUT_FAMILIES = [
+    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="two processes differ from one (DDP too)"))
+    if name in _NOT_ONE_PROCESS_YET
+    else name
+    for name in LAYOUT_FAMILIES
+]
 
 
 @pytest.mark.slow
@@ -201,7 +231,9 @@ def test_sharded_fsdp2_on_every_pixel_layout_ends_on_the_one_process_weights(tmp
     assert (report["distributed_type"], report["fsdp_version"]) == ("DistributedType.FSDP", 2)
     text_rank, image_rank = report["ranks"]
     assert text_rank["digest"] == image_rank["digest"]
-    assert text_rank["perturbed"] == 0 and image_rank["perturbed"] == 8
+    # Every image completion perturbed or skipped (a zero advantage: a completion cut at an end-of-turn token)
+    assert text_rank["perturbed"] == text_rank["skipped"] == 0 and image_rank["perturbed"] > 0
+    assert image_rank["perturbed"] + image_rank["skipped"] == 8
     assert text_rank["dummy_forwards"] > 0 and image_rank["dummy_forwards"] == 0
     assert text_rank["changed"] > 0.1
     difference, name = largest_difference(weights, reference)

@@ -9,8 +9,10 @@ continues from the base weights while announcing the checkpoint. `VEPOTrainer` c
 Trainer's own load left keys missing (so the workaround does nothing once transformers loads them itself).
 
 The name map comes from transformers' own inverse (`revert_weight_conversion`, what `save_pretrained` applies): each
-saved tensor is matched to the model tensor it was made from. A tensor that a converter rebuilds (merged or split
-experts) has no one-to-one name, and a checkpoint that still leaves a tensor unrestored is refused in one line.
+saved tensor is matched to the model tensor it was made from. A tensor that a converter rebuilds from several saved
+ones (an MoE's fused experts, saved one expert and projection at a time) has no one-to-one name: the same inverse,
+applied to the tensor's element positions, says where each saved tensor's entries go. A checkpoint that still leaves
+a tensor unrestored is refused in one line.
 
 The data order is TRL's to restore, and TRL 1.16 does not: its `RepeatSampler` draws each epoch's order from one
 generator that advances with every pass and has no `set_epoch`, so a run resumed in epoch k >= 1 draws epoch 0's order
@@ -96,20 +98,53 @@ def saved_names(model: torch.nn.Module, state: dict[str, torch.Tensor] | None = 
     return names
 
 
-def _checkpoint_tensors(folder: str):
-    """(name, tensor) of every tensor in a checkpoint's safetensors file or shards."""
+def _checkpoint_files(folder: str) -> list[str]:
+    """The checkpoint's safetensors file or shards."""
     index = os.path.join(folder, SAFE_INDEX)
     if os.path.isfile(index):
         with open(index) as handle:
-            files = sorted(set(json.load(handle)["weight_map"].values()))
-    elif os.path.isfile(os.path.join(folder, SAFE_WEIGHTS)):
-        files = [SAFE_WEIGHTS]
-    else:
-        raise CheckpointRestoreError(f"{folder} holds no {SAFE_WEIGHTS} (or its index) to restore the weights from")
-    for file in files:
-        with safe_open(os.path.join(folder, file), framework="pt", device="cpu") as handle:
+            return [os.path.join(folder, file) for file in sorted(set(json.load(handle)["weight_map"].values()))]
+    if os.path.isfile(os.path.join(folder, SAFE_WEIGHTS)):
+        return [os.path.join(folder, SAFE_WEIGHTS)]
+    raise CheckpointRestoreError(f"{folder} holds no {SAFE_WEIGHTS} (or its index) to restore the weights from")
+
+
+def _checkpoint_tensors(folder: str):
+    """(name, tensor) of every tensor in a checkpoint's safetensors file or shards."""
+    for file in _checkpoint_files(folder):
+        with safe_open(file, framework="pt", device="cpu") as handle:
             for name in handle.keys():
                 yield name, handle.get_tensor(name)
+
+
+def _restore_rebuilt(model, name: str, tensor: torch.Tensor, folder: str) -> bool:
+    """Set a model tensor that transformers builds from several saved tensors: transformers' inverse, applied to the
+    tensor's element positions, gives each saved tensor's positions in it. True when every position was set."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    positions = torch.arange(tensor.numel(), dtype=torch.int32 if tensor.numel() < 2**31 else torch.int64)
+    pieces = revert_weight_conversion(model, {name: positions.view(tensor.shape)})
+    if set(pieces) == {name}:  # saved as it is: nothing rebuilds it
+        return False
+    values = torch.empty(tensor.numel(), dtype=tensor.dtype)
+    covered = torch.zeros(tensor.numel(), dtype=torch.bool)
+    for file in _checkpoint_files(folder):
+        with safe_open(file, framework="pt", device="cpu") as handle:
+            for saved in pieces.keys() & set(handle.keys()):
+                piece = handle.get_tensor(saved)
+                if tuple(piece.shape) != tuple(pieces[saved].shape):
+                    raise CheckpointRestoreError(
+                        f"{folder}: {saved} has shape {tuple(piece.shape)}, the part of the model's {name} it "
+                        f"makes {tuple(pieces[saved].shape)}: the checkpoint is of another model"
+                    )
+                where = pieces[saved].reshape(-1).long()
+                values[where] = piece.reshape(-1).to(tensor.dtype)
+                covered[where] = True
+    if not bool(covered.all()):
+        return False
+    with torch.no_grad():
+        tensor.copy_(values.view(tensor.shape))
+    return True
 
 
 def restore_weights(model: torch.nn.Module, folder: str, missing_after_trainer: list[str]) -> RestoreReport:
@@ -132,6 +167,11 @@ def restore_weights(model: torch.nn.Module, folder: str, missing_after_trainer: 
                 restored.add(target)
     groups = _tied_groups(state)  # tied names are one tensor: restored once, counted once
     missing = sorted(group[0] for group in groups.values() if not restored.intersection(group))
+    missing = [
+        name
+        for name in missing
+        if not (hasattr(model, "config") and _restore_rebuilt(model, name, state[name], folder))
+    ]
     left_by_trainer = set(missing_after_trainer)
     total = len(groups)
     report = RestoreReport(

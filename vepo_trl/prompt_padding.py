@@ -1,11 +1,13 @@
-"""Prompt tokenisation for processors that return tensors by default (`PixtralProcessor`).
+"""Prompt tokenisation for processors whose text defaults pad (`Gemma4Processor`) or return tensors (`PixtralProcessor`).
 
 TRL 1.16 tokenises a batch's prompts in one unpadded `apply_chat_template` call and expects one list of ids per
 prompt. A processor whose text defaults set `return_tensors="pt"` cannot stack prompts of different lengths, so
 `GRPOTrainer` fails on any batch whose prompts differ in length ("Unable to create tensor, you should probably activate
-truncation and/or padding"). TRL itself works around the same failure for transformers 5.3 by padding, then dropping
-the padding by the attention mask; `VEPOTrainer` does that for such processors, without patching TRL. A TRL that pads
-itself (passes `padding`) goes through unchanged.
+truncation and/or padding"). One whose text defaults set `padding=True` pads them silently: TRL takes each shorter
+prompt's padding for prompt tokens, generates after it and trains on it, attended to (Gemma 4: a batch's prompts then
+train differently with the batch around them). TRL itself works around the first failure for transformers 5.3 by
+padding, then dropping the padding by the attention mask; `VEPOTrainer` does that for such processors, without
+patching TRL. A TRL that pads itself (passes `padding`) goes through unchanged.
 """
 
 from __future__ import annotations
@@ -19,22 +21,37 @@ from .utils import instance_override
 # Per-token outputs of a processor, unpadded with the ids
 _PER_TOKEN_KEYS = ("token_type_ids", "mm_token_type_ids")
 
-__all__ = ["UnpaddedPromptIds", "needs_padding", "padded_then_unpadded", "text_returns_tensors"]
+__all__ = ["UnpaddedPromptIds", "needs_padding", "padded_then_unpadded", "text_pads", "text_returns_tensors"]
 
 
 def needs_padding(processing_class) -> bool:
-    """Whether TRL 1.16's unpadded tokenisation of unequal prompts fails with this processor: its text defaults return
-    tensors, or it builds prefix-LM `labels` with `np.array` over the ragged ids."""
-    return text_returns_tensors(processing_class) or "labels" in getattr(processing_class, "model_input_names", ())
+    """Whether TRL 1.16's unpadded tokenisation of unequal prompts fails (or pads) with this processor: its text
+    defaults return tensors or pad, or it builds prefix-LM `labels` with `np.array` over the ragged ids."""
+    return (
+        text_returns_tensors(processing_class)
+        or text_pads(processing_class)
+        or "labels" in getattr(processing_class, "model_input_names", ())
+    )
+
+
+def _text_defaults(processing_class) -> dict:
+    """The processor's text defaults: its `text_kwargs` over the older `_defaults` of its kwargs class."""
+    defaults = dict(getattr(getattr(processing_class, "valid_processor_kwargs", None), "_defaults", None) or {})
+    text = {**defaults.get("common_kwargs", {}), **defaults.get("text_kwargs", {})}
+    text.update(getattr(processing_class, "text_kwargs", None) or {})
+    return text if getattr(processing_class, "tokenizer", None) is not None else {}
 
 
 def text_returns_tensors(processing_class) -> bool:
     """Whether the processor's text defaults return tensors (`PixtralProcessor.text_kwargs`, or the older
     `_defaults` of its kwargs class), so that an unpadded batch of unequal prompts cannot be tokenised."""
-    defaults = dict(getattr(getattr(processing_class, "valid_processor_kwargs", None), "_defaults", None) or {})
-    text = {**defaults.get("common_kwargs", {}), **defaults.get("text_kwargs", {})}
-    text.update(getattr(processing_class, "text_kwargs", None) or {})
-    return getattr(processing_class, "tokenizer", None) is not None and text.get("return_tensors") is not None
+    return _text_defaults(processing_class).get("return_tensors") is not None
+
+
+def text_pads(processing_class) -> bool:
+    """Whether the processor's text defaults pad (`Gemma4Processor.text_kwargs`): an "unpadded" batch comes back
+    padded, its padding in each shorter prompt's ids."""
+    return _text_defaults(processing_class).get("padding") not in (None, False, "do_not_pad")
 
 
 @contextlib.contextmanager
@@ -65,7 +82,7 @@ def padded_then_unpadded(processing_class) -> Iterator[None]:
 
 class UnpaddedPromptIds:
     """`GRPOTrainer` mixin (ahead of it in the bases): prompts of different lengths are tokenised padded and unpadded
-    where the processor returns tensors by default; any other processor goes through TRL's call unchanged."""
+    where the processor returns tensors or pads by default; any other processor goes through TRL's call unchanged."""
 
     def _tokenize_prompts(self, prompts):
         if not needs_padding(self.processing_class):

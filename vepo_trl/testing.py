@@ -10,6 +10,7 @@ a Hub id. The default family is the paper's, Qwen2.5-VL (`build_tiny_qwen2_5_vl`
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -195,8 +196,8 @@ def build_tiny_processor(family: str = DEFAULT_FAMILY, config: TinyModelConfig |
     )
 
 
-def build_tiny_model(family: str, processor, config: TinyModelConfig | None = None, **overrides):
-    """A randomly initialised model of `family` matching `processor`'s vocabulary, from a seed."""
+def build_tiny_config(family: str, processor, config: TinyModelConfig | None = None, **overrides):
+    """The model config of `family`'s tiny model, matching `processor`'s vocabulary."""
     recipe, config = _recipe(family), _config(config, overrides)
     build = _Build(config, processor.tokenizer, recipe.tokens)
     if recipe.check is not None:
@@ -221,9 +222,16 @@ def build_tiny_model(family: str, processor, config: TinyModelConfig | None = No
             "num_attention_heads": config.vision_num_heads,
             **vision,
         }
-    model_config = getattr(transformers, recipe.config)(
+    return getattr(transformers, recipe.config)(
         text_config=_resolve(text, build), vision_config=_resolve(vision, build), **_resolve(recipe.top, build)
     )
+
+
+def build_tiny_model(family: str, processor, config: TinyModelConfig | None = None, **overrides):
+    """A randomly initialised model of `family` matching `processor`'s vocabulary, from a seed."""
+    recipe, config = _recipe(family), _config(config, overrides)
+    build = _Build(config, processor.tokenizer, recipe.tokens)
+    model_config = build_tiny_config(family, processor, config)
     # Initialise on a private generator state so the build neither depends on nor disturbs the caller's RNG
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
@@ -261,6 +269,79 @@ def save_tiny(family: str, path: str | os.PathLike, config: TinyModelConfig | No
 
 
 # The default family's (the demo's, most tests' and the benchmarks')
+
+
+@dataclass(frozen=True)
+class LayoutSignature:
+    """What a family's batches look like to the generic machinery (batch splitting, prompt padding, the perturbed
+    pass, sharding's dummy image): families alike in it take the same paths there. Read off the tiny processor's
+    output for a one-image prompt and the family's perturbation layout."""
+
+    layout: str  # the perturbation layout's class
+    options: tuple[str, ...]  # its switches that are on
+    inputs: tuple[str, ...]  # the processor's outputs beside input_ids and attention_mask
+    pixel_rank: int  # pixel_values' number of dimensions
+    tiles_per_prompt: bool
+    prefix_lm: bool
+
+
+def _quiet_config(family: str, processor):
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # a recipe's notes on its config (layer types) say nothing here
+    try:
+        return build_tiny_config(family, processor)
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+
+
+@functools.cache
+def layout_signature(family: str) -> LayoutSignature:
+    """`family`'s `LayoutSignature`, from its tiny processor and config (no weights)."""
+    import dataclasses
+
+    from PIL import Image
+
+    from .families import pixel_layout
+
+    processor = build_tiny_processor(family)
+    layout = pixel_layout(_quiet_config(family, processor), processor.image_processor)
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "How many?"}]}]
+    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    outputs = processor(text=[text], images=[[Image.new("RGB", (56, 40), (90, 140, 200))]], return_tensors="pt")
+    switches = [field.name for field in dataclasses.fields(layout) if getattr(layout, field.name) is True]
+    spec = get_family(family)
+    return LayoutSignature(
+        type(layout).__name__,
+        tuple(switches),
+        tuple(sorted(set(outputs) - {"input_ids", "attention_mask"})),
+        outputs["pixel_values"].dim(),
+        spec.tiles_per_prompt,
+        spec.prefix_lm,
+    )
+
+
+def takes(family: str, dataset, use_vllm: bool = False) -> bool:
+    """Whether `family` trains on `dataset` at all: its start-up checks (`Family.check_inputs`) let it through."""
+    from .families import check_family_inputs
+
+    processor = build_tiny_processor(family)
+    try:
+        check_family_inputs(_quiet_config(family, processor), processor, {"train": dataset}, use_vllm=use_vllm)
+    except ValueError:
+        return False
+    return True
+
+
+def one_per_layout(key=None, accepts=None, prefer: str = DEFAULT_FAMILY) -> list[str]:
+    """One family per group of equal `key(LayoutSignature)` (the whole signature by default), in registry order: the
+    group's first family that `accepts(name)`, `prefer` where it is in the group. How the layout-parametrised tests
+    pick their families, so a family with a new layout is tested without naming it."""
+    key = key or (lambda signature: signature)
+    groups: dict = {}
+    for family in FAMILIES:
+        if accepts is None or accepts(family.name):
+            groups.setdefault(key(layout_signature(family.name)), []).append(family.name)
+    return [prefer if prefer in names else names[0] for names in groups.values()]
 
 
 def build_processor(config: TinyModelConfig | None = None):

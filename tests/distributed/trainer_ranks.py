@@ -232,6 +232,7 @@ def main(output: str, model_dir: str, mode: str, trainer_name: str = "vepo") -> 
         "dummy_forwards": None if alignment is None else alignment.dummy_forwards,
         "head_unshards": None if head_unshard is None else head_unshard.unshards,
         "perturbed": getattr(trainer, "num_perturbed_completions", None),
+        "skipped": getattr(trainer, "num_skipped_completions", None),
     }
     ranks = [None] * state.num_processes
     if state.num_processes > 1:

@@ -13,6 +13,7 @@ patching TRL. A TRL that pads itself (passes `padding`) goes through unchanged.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 
 from .utils import instance_override
@@ -59,11 +60,22 @@ def padded_then_unpadded(processing_class) -> Iterator[None]:
     """While the block runs, a tokenising `apply_chat_template` call without `padding` pads, then returns each
     prompt's ids without the padding (lists, as an unpadded call does); every other call is unchanged."""
     original = processing_class.apply_chat_template
+    # transformers 5 takes the processor's arguments in `processor_kwargs` (and warns about them among the others)
+    takes_processor_kwargs = "processor_kwargs" in inspect.signature(original).parameters
 
     def apply_chat_template(*args, **kwargs):
-        if not (kwargs.get("tokenize") and kwargs.get("return_dict")) or "padding" in kwargs:
+        if (
+            not (kwargs.get("tokenize") and kwargs.get("return_dict"))
+            or "padding" in kwargs
+            or "padding" in (kwargs.get("processor_kwargs") or {})
+        ):
             return original(*args, **kwargs)
-        out = original(*args, padding=True, **kwargs)
+        if takes_processor_kwargs:
+            out = original(
+                *args, **{**kwargs, "processor_kwargs": {**(kwargs.get("processor_kwargs") or {}), "padding": True}}
+            )
+        else:
+            out = original(*args, padding=True, **kwargs)
         mask = out["attention_mask"]
         mask = mask.tolist() if hasattr(mask, "tolist") else mask
         # Per-token fields go back to one list per prompt too (TRL pads them itself); `labels` are the processor's own

@@ -47,7 +47,13 @@ from .scoring import TOKEN_COUNT_NORMALISED_LOSSES, get_strategy
 from .selection_pipeline import COUNT_SCALE_KEY, SELECTION_KEY, SelectionPipeline, SelectionSamplesFile
 from .sharding import maybe_align_vision_tower, maybe_unshard_fused_head
 from .trainer_inputs import check_text_only, checked_model, named_rewards_resolved
-from .vllm_prompts import UnexpandedVLLMPrompts, check_vllm_version, guard_vllm_rollouts, images_only_engine
+from .vllm_prompts import (
+    UnexpandedVLLMPrompts,
+    check_vllm_can_load,
+    check_vllm_version,
+    guard_vllm_rollouts,
+    images_only_engine,
+)
 
 
 __all__ = ["COUNT_SCALE_KEY", "SELECTION_KEY", "VEPOTrainer"]
@@ -101,6 +107,8 @@ class VEPOTrainer(
             raise ValueError("train_dataset is empty: VEPOTrainer would train 0 steps. Check the data set's split.")
         if isinstance(model, str):
             model = resolve_model_name(model)  # `tiny-qwen2.5-vl`: the offline tiny model, built and cached once
+        if args.use_vllm and args.vllm_mode == "colocate":
+            check_vllm_can_load(model)  # its config only: before the model and vLLM load
         check_text_only(model, args.selection_strategy, train_dataset, kwargs.get("processing_class"))
         # Read by the `top_entropy_quantile` property while GRPOTrainer.__init__ runs
         self._token_weights = None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import re
 from collections.abc import Iterator
 
 from .utils import instance_override
@@ -26,6 +27,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "UnexpandedVLLMPrompts",
+    "check_vllm_can_load",
     "check_vllm_version",
     "fresh_image_features_after_sync",
     "guard_vllm_rollouts",
@@ -33,6 +35,7 @@ __all__ = [
     "installed_vllm_version",
     "trl_vllm_range",
     "unexpanded_prompt_ids",
+    "vllm_blocker",
     "vllm_dtype_warning",
     "vllm_gets",
 ]
@@ -82,6 +85,85 @@ def check_vllm_version() -> None:
         raise UsageError(
             f"use_vllm: vLLM {installed} is installed, but the installed TRL supports vllm{supported}; "
             'pip install -e ".[vllm]" installs a supported version'
+        )
+
+
+def _vllm_models() -> dict | None:
+    """vLLM's own architecture -> (module, class) table, None where this vLLM has none (or none is installed)."""
+    try:
+        from vllm.model_executor.models.registry import _VLLM_MODELS
+    except ImportError:
+        return None
+    return dict(_VLLM_MODELS)
+
+
+def _import_failure(module: str) -> str | None:
+    """Why `module` fails to import (its file's path left out), None when it imports or does not exist."""
+    import importlib
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec(module) is None:
+            return None
+        importlib.import_module(module)
+    except ImportError as error:
+        return re.sub(r" \(\S+\.py\)$", "", str(error))
+    return None
+
+
+def vllm_blocker(config) -> str | None:
+    """Why the installed vLLM cannot start a colocated engine for a model of `config`, read before the model or vLLM
+    loads; None where nothing known blocks it (or no vLLM model table is importable). Each reason is the engine's own
+    failure, checked where it arises, so it lifts itself once vLLM, transformers or the checkpoint is fixed: the vLLM
+    module implementing the architecture fails to import; an architecture vLLM has no module for goes to its
+    Transformers backend, which needs the processor's `_get_num_multimodal_tokens`; the family's own
+    (`Family.vllm_blocker`)."""
+    import transformers
+
+    from .families import family_of
+
+    models = _vllm_models()
+    architecture = (getattr(config, "architectures", None) or [None])[0]
+    if models is None or architecture is None:
+        return None
+    where = f"vLLM {installed_vllm_version()} with transformers {transformers.__version__}"
+    if architecture in models:
+        module = f"vllm.model_executor.models.{models[architecture][0]}"
+        failure = _import_failure(module)
+        if failure is not None:
+            return f"{where} cannot load its {architecture} ({module} fails to import: {failure})"
+    else:
+        from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+        name = PROCESSOR_MAPPING_NAMES.get(getattr(config, "model_type", None))
+        processor = getattr(transformers, name, None) if isinstance(name, str) else None
+        if processor is not None and not hasattr(processor, "_get_num_multimodal_tokens"):
+            return (
+                f"{where} has no {architecture}; its Transformers backend would run it and needs the processor's "
+                f"`_get_num_multimodal_tokens`, which {name} lacks"
+            )
+    family = family_of(config)
+    return family.vllm_blocker(config) if family is not None and family.vllm_blocker is not None else None
+
+
+def check_vllm_can_load(model) -> None:
+    """With `use_vllm` in colocate mode, before the model loads: refuse in one line a model the installed vLLM cannot
+    start an engine for (`vllm_blocker`). `model`: a model, or its name or folder (its config is read alone)."""
+    from .errors import UsageError
+
+    config = getattr(model, "config", None)
+    if config is None and isinstance(model, str):
+        from transformers import AutoConfig
+
+        try:
+            config = AutoConfig.from_pretrained(model)
+        except (OSError, ValueError):  # loading the model says what is wrong with the name
+            return
+    reason = vllm_blocker(config) if config is not None else None
+    if reason:
+        raise UsageError(
+            f"use_vllm (colocate): {reason}. Train with use_vllm=False (transformers generation), or in server mode "
+            "against a vLLM that serves this model"
         )
 
 

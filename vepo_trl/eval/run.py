@@ -469,6 +469,29 @@ def _resolve_backend(args, state) -> str:
     return backend
 
 
+def _engine_or_fallback(args, backend: str, model_id: str) -> str:
+    """vLLM where the installed one can start an engine for the model (`vllm_prompts.vllm_blocker`, read off its
+    config before anything loads); else `--backend auto` falls back to transformers and `--backend vllm` is refused
+    in one line."""
+    if backend != "vllm":
+        return backend
+    from transformers import AutoConfig
+
+    from ..vllm_prompts import vllm_blocker
+
+    try:
+        config = AutoConfig.from_pretrained(model_id)
+    except (OSError, ValueError):  # the model's own load says what is wrong with the name
+        return backend
+    reason = vllm_blocker(config)
+    if reason is None:
+        return backend
+    if args.backend == "auto":
+        logger.warning("Generating with transformers: %s.", reason)
+        return "transformers"
+    raise EvalUsageError(f"--backend vllm: {reason}. Pass --backend transformers.")
+
+
 def _make_generator(args, backend: str, model_id: str, adapter: str | None, state):
     from .generate import TransformersGenerator, VLLMGenerator, load_model_and_processor
 
@@ -693,6 +716,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     backend = _resolve_backend(args, state)
     judge = make_judge(args, benches)  # on every process: one that stopped alone would leave the others waiting
     model_id, adapter = resolve_adapter(args.model, args.adapter, args.base_model)
+    backend = _engine_or_fallback(args, backend, model_id)
     manifest = {
         "model": _model_identity(model_id),
         "adapter": _model_identity(adapter),

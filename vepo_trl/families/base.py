@@ -168,6 +168,9 @@ class Family:
     # ValueError in one line. Called as check_inputs(processor, datasets, chat_template=..., use_vllm=...), with
     # `datasets` a list of (name, data set)
     check_inputs: Callable[..., None] | None = None
+    # Why the installed vLLM cannot start an engine for a model of this config, or None: read before the model loads
+    # (`vllm_prompts.vllm_blocker`), checking the engine's own failure so that it lifts once that is fixed
+    vllm_blocker: Callable[[Any], str | None] | None = None
 
     @property
     def tiny_model(self) -> str:

@@ -23,6 +23,25 @@ SPECIAL_TOKENS = (
 )
 _VOCAB = Derived(lambda build: build.vocab)
 
+
+def vllm_blocker(config) -> str | None:
+    """vLLM's Gemma 4 plans its memory from `vision_config.default_output_length`, the image-token budget a Gemma 4
+    checkpoint's config.json sets (280); transformers 5.24's Gemma4VisionConfig has no such field of its own, so a
+    config without it cannot start an engine. Checked against the installed vLLM's source, not its version."""
+    import importlib.util
+    from pathlib import Path
+
+    if getattr(config.vision_config, "default_output_length", None) is not None:
+        return None
+    spec = importlib.util.find_spec("vllm.model_executor.models.gemma4_mm")
+    if spec is None or spec.origin is None or "default_output_length" not in Path(spec.origin).read_text():
+        return None
+    return (
+        "vLLM's Gemma 4 reads vision_config.default_output_length (the image-token budget Gemma 4 checkpoints set "
+        "in config.json, e.g. 280), which this config lacks: add it to its vision_config"
+    )
+
+
 FAMILY = Family(
     "gemma4",
     order=170,
@@ -30,6 +49,7 @@ FAMILY = Family(
     model_classes=("Gemma4ForConditionalGeneration",),
     pixel_values="patch rows `(n_images, max_patches, 3*16*16)` zero-padded + `image_position_ids`",
     make_layout=positioned_layout,
+    vllm_blocker=vllm_blocker,
     # Gemma4ImageProcessor does not normalise: the pixels in [0, 1] reach the model as they are
     reference=("google/gemma-4-e2b-it", (1.0, 1.0, 1.0)),
     # 4-px patches pooled 3 x 3, at most 70 soft tokens (the smallest budget it takes): an image is resized to about
@@ -73,6 +93,9 @@ FAMILY = Family(
             "patch_size": 4,
             "pooling_kernel_size": 3,
             "position_embedding_size": 256,
+            # Not a field of transformers' class; the checkpoints' config.json sets it (the image processor's
+            # max_soft_tokens), and vLLM reads it
+            "default_output_length": 70,
         },
         top={
             "audio_config": None,

@@ -51,3 +51,15 @@ def standins_as_full_splits(monkeypatch):
 
     for bench in BENCHMARKS.values():
         monkeypatch.setattr(bench, "paper_rows", None)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest end-to-end runs first (`@pytest.mark.slow(minutes=N)`: about N minutes on one core), longest
+    first. pytest-xdist's load scheduling hands the first tests out to each worker in turn, so they start at once on
+    different workers instead of one worker ending the suite minutes after the other. The rest keep their order."""
+
+    def minutes(item):
+        marker = item.get_closest_marker("slow")
+        return 0 if marker is None else marker.kwargs.get("minutes", 0)
+
+    items.sort(key=minutes, reverse=True)  # stable

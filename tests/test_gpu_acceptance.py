@@ -228,7 +228,7 @@ def test_acceptance_real_width_fails_beyond_the_signal_tolerance(acceptance):
     assert acceptance.parse_real_width(json.dumps(data), 0, False)[0] == "FAIL"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=3)
 def test_acceptance_cpu_quick_runs_every_section(tmp_path):
     result = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "gpu_acceptance.py"), "--cpu", "--quick", "--out", str(tmp_path)],

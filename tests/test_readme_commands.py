@@ -55,7 +55,7 @@ def test_the_skip_rules_leave_the_newcomer_path():
     assert len(run) >= 10
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=4)
 def test_readme_commands_run_in_order(tmp_path, shared_cache):
     # A fresh folder with the repository's recipes beside it, as in a clone; the tiny model and the warm start are
     # built once per test session (shared_cache)

@@ -122,12 +122,14 @@ def _restore_rebuilt(model, name: str, tensor: torch.Tensor, folder: str) -> boo
     tensor's element positions, gives each saved tensor's positions in it. True when every position was set."""
     from transformers.core_model_loading import revert_weight_conversion
 
-    positions = torch.arange(tensor.numel(), dtype=torch.int32 if tensor.numel() < 2**31 else torch.int64)
+    # Assembled beside the checkpoint's tensors, which are read on the CPU; copied onto the tensor's device at the end
+    index = torch.int32 if tensor.numel() < 2**31 else torch.int64
+    positions = torch.arange(tensor.numel(), dtype=index, device="cpu")
     pieces = revert_weight_conversion(model, {name: positions.view(tensor.shape)})
     if set(pieces) == {name}:  # saved as it is: nothing rebuilds it
         return False
-    values = torch.empty(tensor.numel(), dtype=tensor.dtype)
-    covered = torch.zeros(tensor.numel(), dtype=torch.bool)
+    values = torch.empty(tensor.numel(), dtype=tensor.dtype, device="cpu")
+    covered = torch.zeros(tensor.numel(), dtype=torch.bool, device="cpu")
     for file in _checkpoint_files(folder):
         with safe_open(file, framework="pt", device="cpu") as handle:
             for saved in pieces.keys() & set(handle.keys()):

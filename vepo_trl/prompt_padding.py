@@ -1,13 +1,14 @@
-"""Prompt tokenisation for processors whose text defaults pad (`Gemma4Processor`) or return tensors (`PixtralProcessor`).
+"""Prompt tokenisation for processors whose text defaults pad or return tensors.
 
 TRL 1.16 tokenises a batch's prompts in one unpadded `apply_chat_template` call and expects one list of ids per
 prompt. A processor whose text defaults set `return_tensors="pt"` cannot stack prompts of different lengths, so
 `GRPOTrainer` fails on any batch whose prompts differ in length ("Unable to create tensor, you should probably activate
 truncation and/or padding"). One whose text defaults set `padding=True` pads them silently: TRL takes each shorter
-prompt's padding for prompt tokens, generates after it and trains on it, attended to (Gemma 4: a batch's prompts then
+prompt's padding for prompt tokens, generates after it and trains on it, attended to (a batch's prompts then
 train differently with the batch around them). TRL itself works around the first failure for transformers 5.3 by
 padding, then dropping the padding by the attention mask; `VEPOTrainer` does that for such processors, without
-patching TRL. A TRL that pads itself (passes `padding`) goes through unchanged.
+patching TRL. A TRL that pads itself (passes `padding`) goes through unchanged. Which families' processors do is read
+off the processors (`text_pads`, `text_returns_tensors`; tests/test_families.py).
 """
 
 from __future__ import annotations
@@ -44,13 +45,13 @@ def _text_defaults(processing_class) -> dict:
 
 
 def text_returns_tensors(processing_class) -> bool:
-    """Whether the processor's text defaults return tensors (`PixtralProcessor.text_kwargs`, or the older
+    """Whether the processor's text defaults return tensors (its `text_kwargs`, or the older
     `_defaults` of its kwargs class), so that an unpadded batch of unequal prompts cannot be tokenised."""
     return _text_defaults(processing_class).get("return_tensors") is not None
 
 
 def text_pads(processing_class) -> bool:
-    """Whether the processor's text defaults pad (`Gemma4Processor.text_kwargs`): an "unpadded" batch comes back
+    """Whether the processor's text defaults pad (its `text_kwargs`): an "unpadded" batch comes back
     padded, its padding in each shorter prompt's ids."""
     return _text_defaults(processing_class).get("padding") not in (None, False, "do_not_pad")
 

@@ -47,13 +47,7 @@ from .scoring import TOKEN_COUNT_NORMALISED_LOSSES, get_strategy
 from .selection_pipeline import COUNT_SCALE_KEY, SELECTION_KEY, SelectionPipeline, SelectionSamplesFile
 from .sharding import maybe_align_vision_tower, maybe_unshard_fused_head
 from .trainer_inputs import check_text_only, checked_model, named_rewards_resolved
-from .vllm_prompts import (
-    UnexpandedVLLMPrompts,
-    check_vllm_can_load,
-    check_vllm_version,
-    guard_vllm_rollouts,
-    images_only_engine,
-)
+from .vllm_prompts import UnexpandedVLLMPrompts, check_vllm, guard_vllm_rollouts, images_only_engine
 
 
 __all__ = ["COUNT_SCALE_KEY", "SELECTION_KEY", "VEPOTrainer"]
@@ -101,14 +95,12 @@ class VEPOTrainer(
                 "VEPOConfig(**grpo_config.to_dict()), and set the VEPO fields on it."
             )
         if args.use_vllm:
-            check_vllm_version()  # before the model and vLLM load
+            check_vllm(model, args.vllm_mode)  # before the model and vLLM load
         train_dataset = kwargs.get("train_dataset", pos_args[0] if pos_args else None)
         if train_dataset is not None and hasattr(train_dataset, "__len__") and len(train_dataset) == 0:
             raise ValueError("train_dataset is empty: VEPOTrainer would train 0 steps. Check the data set's split.")
         if isinstance(model, str):
             model = resolve_model_name(model)  # `tiny-qwen2.5-vl`: the offline tiny model, built and cached once
-        if args.use_vllm and args.vllm_mode == "colocate":
-            check_vllm_can_load(model)  # its config only: before the model and vLLM load
         check_text_only(model, args.selection_strategy, train_dataset, kwargs.get("processing_class"))
         # Read by the `top_entropy_quantile` property while GRPOTrainer.__init__ runs
         self._token_weights = None

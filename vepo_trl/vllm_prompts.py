@@ -27,6 +27,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "UnexpandedVLLMPrompts",
+    "check_vllm",
     "check_vllm_can_load",
     "check_vllm_version",
     "fresh_image_features_after_sync",
@@ -144,6 +145,14 @@ def vllm_blocker(config) -> str | None:
             )
     family = family_of(config)
     return family.vllm_blocker(config) if family is not None and family.vllm_blocker is not None else None
+
+
+def check_vllm(model, mode: str) -> None:
+    """With `use_vllm`: the installed vLLM is in TRL's range (`check_vllm_version`) and, in colocate mode, can start an
+    engine for `model` (`check_vllm_can_load`). Both in one line, before the model or vLLM loads."""
+    check_vllm_version()
+    if mode == "colocate":
+        check_vllm_can_load(model)
 
 
 def check_vllm_can_load(model) -> None:

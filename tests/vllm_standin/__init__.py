@@ -37,6 +37,9 @@ def installed():
     modules = [importlib.import_module(name) for name in TRL_MODULES]
     saved = [dict(module.__dict__) for module in modules]
     environ = dict(os.environ)  # colocate mode sets RANK / WORLD_SIZE / MASTER_PORT for vLLM
+    # A port of this process's own: with RANK and WORLD_SIZE set, every later config in the block starts a process
+    # group, and two pytest-xdist workers on one default port fail with EADDRINUSE
+    os.environ["MASTER_PORT"] = str(free_port())
     sys.path.insert(0, FAKE_INSTALL)
     importlib.invalidate_caches()
     try:

@@ -1,6 +1,5 @@
 """GLM-4.1V: Qwen2-VL-style patch rows `(sum t*h*w, 3*2*14*14)` + `image_grid_thw`, CLIP's normalisation."""
 
-from ._qwen import MROPE_SECTION
 from .base import CLIP_MEAN, CLIP_STD, Derived, Family, RealProcessor, TinyRecipe, Tok, patch_rows_layout
 
 
@@ -27,6 +26,12 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
 
+
+def _mrope_section(build) -> list[int]:
+    quarter = build.head_dim // 4
+    return [quarter - 2 * (quarter * 3 // 8), quarter * 3 // 8, quarter * 3 // 8]
+
+
 FAMILY = Family(
     "glm4v",
     order=150,
@@ -49,10 +54,13 @@ FAMILY = Family(
         text={
             "max_position_embeddings": 4096,
             "pad_token_id": Tok("<|endoftext|>"),
+            # GLM rotates half of each head (partial_rotary_factor 0.5), its M-RoPE sections splitting those
+            # head_dim / 4 frequencies 2:3:3, as zai-org/GLM-4.1V-9B-Thinking's [8, 12, 12] of 128 (vLLM asserts the sum)
             "rope_parameters": {
                 "rope_type": "default",
                 "rope_theta": 10000.0,
-                "mrope_section": MROPE_SECTION,
+                "partial_rotary_factor": 0.5,
+                "mrope_section": Derived(_mrope_section),
             },
         },
         vision={

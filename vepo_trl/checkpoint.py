@@ -109,12 +109,14 @@ def _checkpoint_files(folder: str) -> list[str]:
     raise CheckpointRestoreError(f"{folder} holds no {SAFE_WEIGHTS} (or its index) to restore the weights from")
 
 
-def _checkpoint_tensors(folder: str):
-    """(name, tensor) of every tensor in a checkpoint's safetensors file or shards."""
+def _checkpoint_tensors(folder: str, wanted):
+    """(name, tensor) of the tensors in a checkpoint's safetensors file or shards for which `wanted(name)`: the others
+    (an MoE's per-expert pieces, placed later by `_restore_rebuilt`) are not read here."""
     for file in _checkpoint_files(folder):
         with safe_open(file, framework="pt", device="cpu") as handle:
             for name in handle.keys():
-                yield name, handle.get_tensor(name)
+                if wanted(name):
+                    yield name, handle.get_tensor(name)
 
 
 def _restore_rebuilt(model, name: str, tensor: torch.Tensor, folder: str) -> bool:
@@ -156,10 +158,13 @@ def restore_weights(model: torch.nn.Module, folder: str, missing_after_trainer: 
     state = model.state_dict()
     names = saved_names(model, state)
     restored: set[str] = set()
+
+    def targets(saved: str) -> list[str]:
+        return names.get(saved) or ([saved] if saved in state else [])
+
     with torch.no_grad():
-        for saved, tensor in _checkpoint_tensors(folder):
-            targets = names.get(saved) or ([saved] if saved in state else [])
-            for target in targets:
+        for saved, tensor in _checkpoint_tensors(folder, targets):
+            for target in targets(saved):
                 if tuple(state[target].shape) != tuple(tensor.shape):
                     raise CheckpointRestoreError(
                         f"{folder}: {saved} has shape {tuple(tensor.shape)}, the model's {target} "

@@ -222,8 +222,12 @@ def build_tiny_config(family: str, processor, config: TinyModelConfig | None = N
             "num_attention_heads": config.vision_num_heads,
             **vision,
         }
+    # `architectures` as the saved config.json has it (what vLLM and the Auto classes read)
     return getattr(transformers, recipe.config)(
-        text_config=_resolve(text, build), vision_config=_resolve(vision, build), **_resolve(recipe.top, build)
+        architectures=[recipe.model],
+        text_config=_resolve(text, build),
+        vision_config=_resolve(vision, build),
+        **_resolve(recipe.top, build),
     )
 
 

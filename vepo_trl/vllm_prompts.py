@@ -37,6 +37,7 @@ __all__ = [
     "trl_vllm_range",
     "unexpanded_prompt_ids",
     "vllm_blocker",
+    "vllm_blocker_of",
     "vllm_dtype_warning",
     "vllm_gets",
 ]
@@ -155,20 +156,26 @@ def check_vllm(model, mode: str) -> None:
         check_vllm_can_load(model)
 
 
-def check_vllm_can_load(model) -> None:
-    """With `use_vllm` in colocate mode, before the model loads: refuse in one line a model the installed vLLM cannot
-    start an engine for (`vllm_blocker`). `model`: a model, or its name or folder (its config is read alone)."""
-    from .errors import UsageError
-
+def vllm_blocker_of(model) -> str | None:
+    """`vllm_blocker` for a model, or its name or folder (its config read alone, before the model loads); None where no
+    config can be read (loading the model then says what is wrong with the name)."""
     config = getattr(model, "config", None)
     if config is None and isinstance(model, str):
         from transformers import AutoConfig
 
         try:
             config = AutoConfig.from_pretrained(model)
-        except (OSError, ValueError):  # loading the model says what is wrong with the name
-            return
-    reason = vllm_blocker(config) if config is not None else None
+        except (OSError, ValueError):
+            return None
+    return vllm_blocker(config) if config is not None else None
+
+
+def check_vllm_can_load(model) -> None:
+    """With `use_vllm` in colocate mode, before the model loads: refuse in one line a model the installed vLLM cannot
+    start an engine for (`vllm_blocker_of`)."""
+    from .errors import UsageError
+
+    reason = vllm_blocker_of(model)
     if reason:
         raise UsageError(
             f"use_vllm (colocate): {reason}. Train with use_vllm=False (transformers generation), or in server mode "

@@ -470,20 +470,12 @@ def _resolve_backend(args, state) -> str:
 
 
 def _engine_or_fallback(args, backend: str, model_id: str) -> str:
-    """vLLM where the installed one can start an engine for the model (`vllm_prompts.vllm_blocker`, read off its
+    """vLLM where the installed one can start an engine for the model (`vllm_prompts.vllm_blocker_of`, read off its
     config before anything loads); else `--backend auto` falls back to transformers and `--backend vllm` is refused
     in one line."""
-    if backend != "vllm":
-        return backend
-    from transformers import AutoConfig
+    from ..vllm_prompts import vllm_blocker_of
 
-    from ..vllm_prompts import vllm_blocker
-
-    try:
-        config = AutoConfig.from_pretrained(model_id)
-    except (OSError, ValueError):  # the model's own load says what is wrong with the name
-        return backend
-    reason = vllm_blocker(config)
+    reason = vllm_blocker_of(model_id) if backend == "vllm" else None
     if reason is None:
         return backend
     if args.backend == "auto":

@@ -55,6 +55,19 @@ def test_bench_gpu_step_rotates_the_order_and_takes_ratios_within_rounds(tmp_pat
     assert "VEPO / top-20% entropy   median" in out
 
 
+def test_bench_perturbed_quick_path_reads_each_prompt_once(tmp_path):
+    out = _run("bench_perturbed.py", "--quick", tmp_path=tmp_path)
+    figures = json.loads(out.strip().splitlines()[-1])
+    for generations in (4, 8):
+        assert figures[f"perturbed_time_ratio_g{generations}"] > 0
+        # The prompt once per group and each completion but its last token, against every row's whole sequence
+        positions = figures[f"positions_per_completion_g{generations}"]
+        prompt, length = figures["prompt_tokens"], figures["completion_length"]
+        assert positions["whole"] == prompt + length
+        assert positions["shared"] == prompt / generations + length - 1
+    assert figures["max_signal_diff"] <= 1e-5 and figures["vepo_over_entropy"] > 0
+
+
 def test_bench_scoring_quick_path(tmp_path):
     out = _run("bench_scoring.py", "--sizes", "64x32", "--vocab", "2048", "--repeats", "1", "--no_gpu",
                tmp_path=tmp_path)  # fmt: skip

@@ -37,7 +37,7 @@ MULTIMODAL_KEYS: tuple[str, ...] = tuple(
 _SPLIT_KEYS = ("num_images", "num_tiles")
 MODEL_INPUT_KEYS: tuple[str, ...] = tuple(key for key in MULTIMODAL_KEYS if key not in _SPLIT_KEYS)
 # Per-row token-type inputs, sliced with the rows
-_ROW_KEYS = ("token_type_ids", "mm_token_type_ids")
+ROW_KEYS = ("token_type_ids", "mm_token_type_ids")
 
 
 # Keys that tell TRL which rows of `pixel_values` belong to which image or response
@@ -98,7 +98,7 @@ def take_rows(inputs: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
             out.update(dict.fromkeys(per_row))
         else:
             out.update(unsplit_pixel_values_by_grid({key: [split[key][r] for r in rows_list] for key in per_row}))
-    for key in _ROW_KEYS:
+    for key in ROW_KEYS:
         if inputs.get(key) is not None:
             out[key] = inputs[key][rows.to(inputs[key].device)]
     return out

@@ -17,8 +17,9 @@ from accelerate.utils import is_peft_model
 from .batch import MODEL_INPUT_KEYS, capture_final_hidden, completion_hidden, scoring_mode, sequence, take_rows
 from .families import pixel_layout
 from .perturb import ImageLayout, PixelLayout, perturb_pixel_values
+from .prompt_cache import cache_blocker, prompt_groups, shared_prompt_hidden
 from .scoring import TokenSignals, scatter_to_rows, token_signals
-from .sharding import dummy_image, full_lm_head
+from .sharding import dummy_image, full_lm_head, weights_are_sharded
 
 
 def check_vision_support(processing_class, strategy: str, model=None) -> PixelLayout | ImageLayout:
@@ -57,8 +58,14 @@ class PerturbedPass:
         self.pixel_layout = pixel_layout
         self._base_models: dict[int, torch.nn.Module] = {}
         self._dummy_inputs: dict[str, torch.Tensor] | None = None
-        # Completions run through the perturbed forward so far (benchmarks and tests read it)
+        # Completions, and token positions, run through the perturbed forward so far (benchmarks and tests read them)
         self.num_completions = 0
+        self.num_positions = 0
+        # Rows that share a prompt read it once. Not where weights are sharded (ZeRO-3, FSDP): a process's number of
+        # forwards would then follow its prompts, and every forward gathers parameters with the other processes. Not
+        # where the model's continuation from a cache is not its whole forward (`prompt_cache.cache_blocker`)
+        config = getattr(self.base_model(host.model), "config", None)
+        self.share_prompts = not weights_are_sharded(host) and (config is None or cache_blocker(config) is None)
 
     # -- model parts ---------------------------------------------------------------------------------------------
 
@@ -116,13 +123,27 @@ class PerturbedPass:
     @torch.no_grad()
     def perturbed_hidden(self, model, input_ids, attention_mask, length, multimodal, pixel_values) -> torch.Tensor:
         """Completion hidden states `(n, T, d)` of the no-grad forward (dropout off) with the perturbed `pixel_values`
-        in place of the inputs'. The head runs on one position only: the signals need hidden states, not logits."""
+        in place of the inputs'. The head runs on one position only: the signals need hidden states, not logits.
+        Where rows share a prompt and its images (and `share_prompts`), each prompt is read once
+        (`prompt_cache.shared_prompt_hidden`); else every row's whole sequence runs."""
         model_inputs = {key: multimodal[key] for key in MODEL_INPUT_KEYS if multimodal.get(key) is not None}
         model_inputs["pixel_values"] = pixel_values
+        if self.share_prompts and length > 0:
+            inputs = {**multimodal, **model_inputs}
+            groups = prompt_groups(input_ids, attention_mask, length, inputs)
+            if len(groups) < input_ids.size(0):
+                with scoring_mode(model), self.host.accelerator.autocast():
+                    hidden, positions = shared_prompt_hidden(
+                        model, self.base_model(model), lambda: self.capture(model), input_ids, attention_mask,
+                        length, inputs, groups,
+                    )  # fmt: skip
+                self.num_positions += positions
+                return hidden
         with self.capture(model) as captured, scoring_mode(model), self.host.accelerator.autocast():
             model(
                 input_ids=input_ids, attention_mask=attention_mask, **model_inputs, logits_to_keep=1, use_cache=False
             )
+        self.num_positions += input_ids.numel()
         return completion_hidden(captured, length)
 
     # -- signals -------------------------------------------------------------------------------------------------

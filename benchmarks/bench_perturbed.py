@@ -1,0 +1,226 @@
+"""The perturbed pass with each prompt read once against every row's whole sequence, and VEPO's step against top-k
+entropy's.
+
+All `num_generations` completions of a prompt see the same perturbed image, so the perturbed forward can read the
+prompt (vision tower and prompt tokens) once and run only the completions per row (`vepo_trl.prompt_cache`). Here, on
+the tiny Qwen2.5-VL widened for it (hidden 256, 4 layers; vision tower 2 blocks of 64), a prompt of about 1,000 visual
+tokens (an 896 x 896 image: 1,024) and completions of 256 tokens, at 4 and 8 generations:
+
+- the perturbed forward (`PerturbedPass.perturbed_hidden`) shared and whole, rounds in rotated order, with the token
+  positions each runs per completion;
+- the largest difference of the signals (JSD, entropies) between the two, over the batch's tokens;
+- one whole RL step of VEPO and of top-20% entropy at 8 generations: the rollout (`generate`, exactly 256 new tokens
+  per completion), `compute_loss` on the batch (VEPO's mask made at first use: its perturbed forward and signals) and
+  the backward pass, rotated and interleaved as `bench_gpu_step.py` does, the ratio taken within each round.
+
+    python benchmarks/bench_perturbed.py            # the shape above; about 6 minutes on two CPU cores
+    python benchmarks/bench_perturbed.py --quick    # the same code on small shapes (the test suite runs it)
+
+The last line is one JSON object: `perturbed_time_ratio_g4`, `perturbed_time_ratio_g8` (shared / whole, medians),
+`vepo_over_entropy` (at 8 generations), `max_signal_diff`, and the figures behind them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+
+import torch
+
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+warnings.filterwarnings("ignore")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_gpu_step import make_batch, rotations, spread  # noqa: E402
+
+from vepo_trl import VEPOConfig, VEPOTrainer  # noqa: E402
+from vepo_trl.batch import sequence, take_rows  # noqa: E402
+from vepo_trl.data import synthetic_training_dataset  # noqa: E402
+from vepo_trl.perturb import perturb_pixel_values  # noqa: E402
+from vepo_trl.scoring import TokenSignals  # noqa: E402
+from vepo_trl.testing import build_tiny  # noqa: E402
+
+
+WIDE = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+            vision_hidden_size=64, vision_depth=2, vision_num_heads=2, initializer_range=0.05)  # fmt: skip
+# Completion tokens drawn below the tiny tokenizer's special tokens
+VOCAB_LIMIT = 500
+METHODS = {"entropy_top20": {"selection_strategy": "entropy"}, "vepo": {"selection_strategy": "vepo"}}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="Small shapes: a 224 px image, 16-token completions.")
+    parser.add_argument("--image_side", type=int, default=896, help="Image side in pixels (896: 1,024 visual tokens).")
+    parser.add_argument("--completion_length", type=int, default=256)
+    parser.add_argument("--generations", type=int, nargs="+", default=[4, 8])
+    parser.add_argument("--rounds", type=int, default=5, help="Rounds of each comparison, order rotated.")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.image_side, args.completion_length, args.rounds = 224, 16, 2
+    if sorted(args.generations) != sorted(set(args.generations)) or min(args.generations) < 2:
+        parser.error("--generations: distinct values of at least 2")
+    return args
+
+
+def make_trainer(model, processor, generations, length, settings, output_dir):
+    config = VEPOConfig(output_dir=output_dir, per_device_train_batch_size=generations, num_generations=generations,
+                        max_completion_length=length, selection_ratio=0.2, loss_type="bnpo", report_to="none",
+                        use_cpu=True, bf16=False, log_selection_diagnostics=False, **settings)  # fmt: skip
+    trainer = VEPOTrainer(model=model, reward_funcs=lambda completions, **_: [0.0] * len(completions), args=config,
+                          train_dataset=synthetic_training_dataset(4, seed=0), processing_class=processor)  # fmt: skip
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    return trainer
+
+
+def perturbed_inputs(trainer, batch):
+    """What `PerturbedPass.score_rows` hands the perturbed forward for every row of `batch`."""
+    ids, mask = sequence(batch)
+    rows = torch.arange(ids.size(0))
+    row_inputs = take_rows(batch, rows)
+    args = trainer.args
+    pixels = perturb_pixel_values(args.perturbation, row_inputs["pixel_values"], row_inputs["image_grid_thw"],
+                                  trainer.perturbed_pass.pixel_layout, seed=args.perturbation_seed, step=0,
+                                  noise_step=trainer.current_noise_step(), sigma=args.noise_sigma,
+                                  patch_probability=args.patch_probability,
+                                  num_generations=trainer.num_generations)  # fmt: skip
+    return ids, mask, batch["completion_ids"].size(1), row_inputs, pixels
+
+
+def time_perturbed(trainer, batch, rounds):
+    """Median seconds of the perturbed forward, shared and whole, rotated; token positions per completion each."""
+    passes = trainer.perturbed_pass
+    ids, mask, length, row_inputs, pixels = perturbed_inputs(trainer, batch)
+    seconds = {True: [], False: []}
+    positions = {}
+    ratios = []
+
+    def run(shared):
+        passes.share_prompts = shared
+        before = passes.num_positions
+        start = time.perf_counter()
+        passes.perturbed_hidden(trainer.model, ids, mask, length, row_inputs, pixels)
+        elapsed = time.perf_counter() - start
+        positions[shared] = (passes.num_positions - before) / ids.size(0)
+        return elapsed
+
+    run(True), run(False)  # warm-up
+    for order in rotations([True, False], rounds):
+        this_round = {shared: run(shared) for shared in order}
+        for shared, value in this_round.items():
+            seconds[shared].append(value)
+        ratios.append(this_round[True] / this_round[False])
+    passes.share_prompts = True
+    return seconds, positions, ratios
+
+
+def signal_difference(trainer, batch):
+    """Largest |shared - whole| of the JSD and both entropies over the batch's completion tokens."""
+    passes, pipeline = trainer.perturbed_pass, trainer.selection_pipeline
+    with torch.no_grad(), passes.capture(trainer.model) as captured:
+        logps, entropies, _ = pipeline.batch_forward(trainer.model, batch, scoring=True)
+    length = batch["completion_ids"].size(1)
+    hidden = torch.cat(captured)[:, -length - 1 : -1]
+    valid = batch["completion_mask"].bool()
+    rows = valid.any(-1)
+    out = {}
+    for shared in (True, False):
+        passes.share_prompts = shared
+        out[shared] = passes.signals_for_rows(batch, TokenSignals(entropy=entropies.float(), logp=logps.float()),
+                                              rows, lambda i: hidden[i][valid[i]], rows.numel(),
+                                              {"jsd", "entropy", "perturbed_entropy"})  # fmt: skip
+    passes.share_prompts = True
+    return max(
+        float((getattr(out[True], name) - getattr(out[False], name))[valid].abs().max())
+        for name in ("jsd", "entropy", "perturbed_entropy")
+    )
+
+
+def rl_step(trainer, processor, batch, length):
+    """One RL step's compute: the rollout (`generate`, `length` new tokens per completion), `compute_loss` on the
+    batch (a fresh copy: the mask is made at first use) and the backward pass. Seconds."""
+    model = trainer.model
+    prompt = {"input_ids": batch["prompt_ids"], "attention_mask": batch["prompt_mask"],
+              "pixel_values": batch["pixel_values"], "image_grid_thw": batch["image_grid_thw"]}  # fmt: skip
+    if "mm_token_type_ids" in batch:
+        prompt["mm_token_type_ids"] = batch["mm_token_type_ids"][:, : batch["prompt_ids"].size(1)]
+    start = time.perf_counter()
+    model.eval()
+    with torch.no_grad():
+        model.generate(**prompt, max_new_tokens=length, min_new_tokens=length, do_sample=True, use_cache=True,
+                       pad_token_id=processor.tokenizer.pad_token_id)  # fmt: skip
+    model.train()
+    loss = trainer.compute_loss(model, copy.copy(batch))
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+    return time.perf_counter() - start
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    torch.manual_seed(0)
+    wide = {**WIDE, "max_pixels": args.image_side * args.image_side}
+    model, processor = build_tiny("qwen2.5-vl", **wide)
+    length = args.completion_length
+    figures: dict = {"image_side": args.image_side, "completion_length": length, "rounds": args.rounds}
+    with tempfile.TemporaryDirectory() as output_dir:
+        for generations in args.generations:
+            batch = make_batch(processor, torch.device("cpu"), generations, length, args.image_side, VOCAB_LIMIT)
+            prompt_length = batch["prompt_ids"].size(1)
+            visual = int(batch["image_grid_thw"][0].prod()) // 4
+            trainer = make_trainer(model, processor, generations, length, METHODS["vepo"], output_dir)
+            seconds, positions, ratios = time_perturbed(trainer, batch, args.rounds)
+            shared, whole = statistics.median(seconds[True]), statistics.median(seconds[False])
+            ratio = spread(ratios)
+            print(f"{generations} generations: prompt {prompt_length} tokens ({visual} visual), completions {length}; "
+                  f"perturbed forward shared {shared:.3f} s ({positions[True]:.0f} positions per completion), whole "
+                  f"{whole:.3f} s ({positions[False]:.0f}); shared / whole median {ratio['median']:.3f} "
+                  f"(spread {ratio['min']:.3f}-{ratio['max']:.3f})")  # fmt: skip
+            figures[f"perturbed_time_ratio_g{generations}"] = ratio["median"]
+            figures[f"perturbed_time_ratio_g{generations}_spread"] = [ratio["min"], ratio["max"]]
+            figures[f"perturbed_seconds_g{generations}"] = {"shared": shared, "whole": whole}
+            figures[f"positions_per_completion_g{generations}"] = {
+                "shared": positions[True],
+                "whole": positions[False],
+            }
+            figures["prompt_tokens"], figures["visual_tokens"] = prompt_length, visual
+            difference = signal_difference(trainer, batch)
+            figures["max_signal_diff"] = max(figures.get("max_signal_diff", 0.0), difference)
+            print(f"  signals (JSD, entropies) shared vs whole: largest difference {difference:.2e}")
+        generations = max(args.generations)
+        batch = make_batch(processor, torch.device("cpu"), generations, length, args.image_side, VOCAB_LIMIT)
+        trainers = {name: make_trainer(model, processor, generations, length, settings, output_dir)
+                    for name, settings in METHODS.items()}  # fmt: skip
+        for trainer in trainers.values():
+            rl_step(trainer, processor, batch, length)  # warm-up
+        steps = {name: [] for name in trainers}
+        step_ratios = []
+        for order in rotations(list(trainers), args.rounds):
+            this_round = {name: rl_step(trainers[name], processor, batch, length) for name in order}
+            for name, value in this_round.items():
+                steps[name].append(value)
+            step_ratios.append(this_round["vepo"] / this_round["entropy_top20"])
+        ratio = spread(step_ratios)
+        medians = {name: statistics.median(values) for name, values in steps.items()}
+        print(f"RL step at {generations} generations (rollout + compute_loss + backward): VEPO {medians['vepo']:.2f} s, "
+              f"top-20% entropy {medians['entropy_top20']:.2f} s; VEPO / entropy median {ratio['median']:.3f} "
+              f"(spread {ratio['min']:.3f}-{ratio['max']:.3f})")  # fmt: skip
+        figures["vepo_over_entropy"] = ratio["median"]
+        figures["vepo_over_entropy_spread"] = [ratio["min"], ratio["max"]]
+        figures["step_seconds"] = medians
+    print(json.dumps(figures))
+    return figures
+
+
+if __name__ == "__main__":
+    main()

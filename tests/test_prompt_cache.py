@@ -1,0 +1,219 @@
+"""The perturbed pass reads each prompt once (`prompt_cache`): for every family, the signals and the mask equal the
+whole-sequence pass's on batches of several prompts (0, 1 or 2 images, prompts of different lengths, left padding,
+completions of different lengths), exactly in float64; rows are grouped by prompt and images, nothing else; the cache
+of a linear-attention model is repeated where transformers does not; sharded weights keep the whole-sequence pass."""
+
+import copy
+
+import pytest
+import torch
+from datasets import Dataset
+from PIL import Image
+from transformers.trainer_callback import PrinterCallback
+
+from vepo_trl import VEPOConfig, VEPOTrainer
+from vepo_trl.batch import has_image
+from vepo_trl.data import synthetic_training_dataset
+from vepo_trl.prompt_cache import cache_blocker, prompt_groups
+from vepo_trl.scoring import TokenSignals
+from vepo_trl.selection_pipeline import SELECTION_KEY
+from vepo_trl.testing import TINY_FAMILIES, build_tiny_config, build_tiny_processor, save_tiny, takes
+
+
+SIGNALS = ("jsd", "entropy", "perturbed_entropy")
+# Families whose models do not continue from a cache as their whole forward (`prompt_cache.cache_blocker`)
+BLOCKED = [
+    name for name in TINY_FAMILIES if cache_blocker(build_tiny_config(name, build_tiny_processor(name))) is not None
+]
+SHARED = [name for name in TINY_FAMILIES if name not in BLOCKED]
+
+
+def _image(width, height, seed):
+    generator = torch.Generator().manual_seed(seed)
+    pixels = torch.randint(0, 256, (height, width, 3), generator=generator, dtype=torch.uint8)
+    return Image.fromarray(pixels.numpy())
+
+
+def _mixed_rows(rows=4):
+    """Prompts of different lengths with one, two or no image."""
+    data = []
+    for i in range(rows):
+        kind = i % 3
+        text = "Which shape is larger, and by how much? " * (1 + i % 2) + f"Case {i}."
+        images = [_image(40 + 8 * i, 40, i)] + ([_image(32, 48, 50 + i)] if kind == 1 else [])
+        if kind == 2:
+            images = []
+        content = [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
+        data.append({"prompt": [{"role": "user", "content": content}], "images": images, "answer": "1"})
+    return Dataset.from_list(data)
+
+
+def _dataset(family):
+    """The mixed rows where the family takes them (some refuse text-only rows or two images), else one image each at
+    two prompt lengths."""
+    mixed = _mixed_rows()
+    if takes(family, mixed):
+        return mixed
+    rows = [dict(row) for row in synthetic_training_dataset(4, seed=1)]
+    rows[1]["prompt"] = copy.deepcopy(rows[1]["prompt"])
+    rows[1]["prompt"][-1]["content"][-1]["text"] += " Explain each step of the reasoning carefully."
+    return Dataset.from_list(rows)
+
+
+def _reward(completions, **kwargs):
+    return [float(len(completion[0]["content"]) % 3) for completion in completions]
+
+
+@pytest.fixture(scope="module")
+def family_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("prompt-cache")
+    return {name: str(save_tiny(name, root / name)) for name in TINY_FAMILIES}
+
+
+def test_every_family_is_shared_or_blocked_with_its_reason():
+    assert set(SHARED) | set(BLOCKED) == set(TINY_FAMILIES)
+    assert BLOCKED == ["qwen3.5", "qwen3.5-moe"]
+
+
+def _trainer(model, dataset, tmp_path, **overrides):
+    values = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=12, num_generations=3,
+                  max_completion_length=10, max_steps=1, report_to="none", save_strategy="no", use_cpu=True,
+                  bf16=False, seed=0, disable_tqdm=True, temperature=1.3)  # fmt: skip
+    values.update(overrides)
+    trainer = VEPOTrainer(model=model, reward_funcs=_reward, args=VEPOConfig(**values), train_dataset=dataset)
+    trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
+def _batch(trainer):
+    trainer.model.train()
+    trainer.state.global_step = 0
+    trainer.current_gradient_accumulation_steps = 1
+    return trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+
+
+def _signals_both_ways(trainer, inputs):
+    """The perturbed pass's signals and the mask, with each prompt read once and with every row's whole sequence."""
+    pipeline, perturbed = trainer.selection_pipeline, trainer.perturbed_pass
+    model = trainer.model
+    with torch.no_grad(), perturbed.capture(model) as captured:
+        logps, entropies, _ = pipeline.batch_forward(model, inputs, scoring=True)
+    length = inputs["completion_ids"].size(1)
+    hidden = torch.cat(captured)[:, -length - 1 : -1]
+    valid = inputs["completion_mask"].bool()
+    rows = has_image(inputs) & valid.any(-1)
+    out = {}
+    for shared in (True, False):
+        perturbed.share_prompts = shared
+        before = perturbed.num_positions
+        signals = perturbed.signals_for_rows(
+            inputs,
+            TokenSignals(entropy=entropies.float(), logp=logps.float()),
+            rows,
+            lambda i: hidden[i][valid[i]],
+            inputs["completion_ids"].size(0),
+            set(SIGNALS),
+        )
+        out[shared] = (signals, pipeline.select(inputs, signals, rows), perturbed.num_positions - before)
+    return out, rows, valid
+
+
+@pytest.mark.parametrize("family", SHARED)
+def test_shared_prompt_signals_equal_the_whole_sequence_pass(family_dirs, tmp_path, family):
+    trainer = _trainer(family_dirs[family], _dataset(family), tmp_path)
+    assert trainer.perturbed_pass.share_prompts
+    inputs = _batch(trainer)
+    (both, rows, valid) = _signals_both_ways(trainer, inputs)
+    (shared, shared_mask, shared_positions), (whole, whole_mask, whole_positions) = both[True], both[False]
+    assert int(rows.sum()) >= 6, "the batch should hold several prompts with images"
+    scored = valid & rows[:, None]
+    for name in SIGNALS:
+        difference = (getattr(shared, name) - getattr(whole, name))[scored].abs().max().item()
+        assert difference <= 1e-5, f"{name}: {difference:.2e}"
+    assert torch.equal(shared_mask, whole_mask)
+    # The prompts were read once per group, not once per completion
+    assert shared_positions < whole_positions
+
+
+@pytest.mark.parametrize("family", ["qwen2.5-vl", "llava"])
+def test_shared_prompt_pass_is_exact_in_float64(family_dirs, tmp_path, family):
+    """Positions from the attention mask (M-RoPE: the prompt unpadded) and counted over every column (LLaVA: the
+    padded prompt and its mask): the same function as the whole-sequence forward, to float64 rounding."""
+    trainer = _trainer(family_dirs[family], _dataset(family), tmp_path)
+    inputs = _batch(trainer)
+    trainer.model.double()
+    inputs = {k: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in inputs.items()}
+    padded = inputs["prompt_mask"].bool().logical_not().any(-1)
+    assert bool(padded.any()) and not bool(padded.all()), "the batch should mix padded and unpadded prompts"
+    both, rows, valid = _signals_both_ways(trainer, inputs)
+    scored = valid & rows[:, None]
+    for name in SIGNALS:
+        difference = (getattr(both[True][0], name) - getattr(both[False][0], name))[scored].abs().max().item()
+        assert difference <= 1e-10, f"{name}: {difference:.2e}"
+
+
+def test_the_training_step_uses_the_shared_pass_and_keeps_its_mask(family_dirs, tmp_path):
+    """Rollout-time scoring (steps_per_generation 2): the mask a step stores is the same with the prompt read once."""
+    dataset = _dataset("qwen2.5-vl")
+    masks = {}
+    for shared in (True, False):
+        trainer = _trainer(family_dirs["qwen2.5-vl"], dataset, tmp_path, per_device_train_batch_size=6,
+                           steps_per_generation=2)  # fmt: skip
+        trainer.perturbed_pass.share_prompts = shared
+        assert trainer.selection_pipeline.trl_scores_at_rollout()
+        inputs = _batch(trainer)
+        masks[shared] = (inputs[SELECTION_KEY], trainer.perturbed_pass.num_positions)
+    assert torch.equal(masks[True][0], masks[False][0])
+    assert 0 < masks[True][1] < masks[False][1]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Grouping
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_prompt_groups_by_prompt_tokens_mask_and_images():
+    ids = torch.tensor([[0, 5, 6, 1, 2], [0, 5, 6, 3, 4], [5, 5, 6, 1, 2], [0, 5, 6, 1, 1], [0, 5, 6, 9, 9]])
+    mask = torch.tensor([[0, 1, 1, 1, 1], [0, 1, 1, 1, 1], [1, 1, 1, 1, 1], [0, 1, 1, 1, 0], [0, 1, 1, 1, 1]])
+    pixels = torch.stack([torch.full((2, 3), float(v)) for v in (1, 1, 1, 1, 2)])  # one row of patches per response
+    inputs = {"pixel_values": pixels.reshape(10, 3), "image_grid_thw": torch.tensor([[1, 1, 2]] * 5),
+              "num_images": [1] * 5}  # fmt: skip
+    # Rows 0, 1, 3: one prompt (completions differ); row 2: other prompt tokens; row 4: the same prompt, other pixels
+    assert prompt_groups(ids, mask, 2, inputs) == [[0, 1, 3], [2], [4]]
+    # Token types over the prompt part
+    types = torch.zeros(5, 5, dtype=torch.long)
+    types[1, 1] = 1
+    assert prompt_groups(ids, mask, 2, {**inputs, "token_type_ids": types}) == [[0, 3], [1], [2], [4]]
+    # A prompt mask with a gap (not left padding): every row alone, the whole-sequence pass
+    gap = mask.clone()
+    gap[0, :3] = torch.tensor([1, 0, 1])
+    assert prompt_groups(ids, gap, 2, inputs) == [[0], [1], [2], [3], [4]]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Models whose continuation from a cache is not their whole forward
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", BLOCKED)
+def test_linear_attention_models_keep_the_whole_sequence_pass(family_dirs, tmp_path, family):
+    """Gated DeltaNet (Qwen3.5) continues from a cache over other chunk boundaries of its float32 recurrence: above
+    the 1e-5 bar here, so its rows keep one forward each, and the reason is the config's, not a list of names."""
+    trainer = _trainer(family_dirs[family], _dataset(family), tmp_path)
+    assert not trainer.perturbed_pass.share_prompts
+    assert "linear-attention" in cache_blocker(trainer.model.config)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Sharded weights keep one forward per chunk
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_sharded_weights_keep_the_whole_sequence_pass(tiny_model_dir, visual_dataset, tmp_path):
+    from vepo_trl.perturbed_pass import PerturbedPass
+
+    trainer = _trainer(tiny_model_dir, visual_dataset, tmp_path, per_device_train_batch_size=4, num_generations=2)
+    assert trainer.perturbed_pass.share_prompts
+    sharded = copy.copy(trainer)
+    sharded.is_fsdp_enabled = True
+    assert not PerturbedPass(sharded, trainer.perturbed_pass.pixel_layout).share_prompts

@@ -1,0 +1,167 @@
+"""Reading a prompt once for all of its completions: the perturbed pass's prefix sharing.
+
+All `num_generations` completions of a prompt see the same perturbed image (its noise is seeded by the image's
+content), so their perturbed forwards differ only in the completion tokens. `shared_prompt_hidden` runs, per group of
+rows with one prompt and the same image inputs, one forward over the prompt (vision tower included) that keeps the
+model's cache, then one over the group's completions from that cache, as `generate` continues a prompt: the model's own
+cache and position handling (M-RoPE deltas, sliding windows, prefix-LM token types). Plain functions of a model and a
+batch's tensors; `perturbed_pass` decides when they run.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
+
+from .batch import MODEL_INPUT_KEYS, ROW_KEYS, take_rows
+
+
+def prompt_groups(input_ids, attention_mask, length: int, inputs: dict[str, Any]) -> list[list[int]]:
+    """Rows `(n, P + T)` (`length` = T completion tokens) grouped by prompt, in row order: equal prompt tokens and
+    prompt mask, equal per-token inputs over the prompt, equal image inputs (each row's `take_rows`, perturbed pixels
+    included). Every row is its own group unless every prompt mask is left padding (one unbroken run of tokens)."""
+    prompt_length = input_ids.size(1) - length
+    mask = attention_mask[:, :prompt_length].bool()
+    if not bool((mask.flip(1).cumprod(1).sum(1) == mask.sum(1)).all()):
+        return [[row] for row in range(input_ids.size(0))]
+    prompts = [input_ids[:, :prompt_length], mask.to(input_ids.dtype)]
+    prompts += [inputs[key][:, :prompt_length].to(input_ids) for key in ROW_KEYS if inputs.get(key) is not None]
+    prompts = torch.cat(prompts, dim=1)
+    images: dict[int, dict[str, Any]] = {}
+
+    def images_of(row: int) -> dict[str, Any]:
+        if row not in images:
+            one = take_rows(inputs, torch.tensor([row], device=input_ids.device))
+            images[row] = {key: value for key, value in one.items() if key not in ROW_KEYS}
+        return images[row]
+
+    groups: list[list[int]] = []
+    for row in range(input_ids.size(0)):
+        for group in groups:
+            lead = group[0]
+            if torch.equal(prompts[row], prompts[lead]) and _same_inputs(images_of(row), images_of(lead)):
+                group.append(row)
+                break
+        else:
+            groups.append([row])
+    return groups
+
+
+def _same_inputs(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    if a.keys() != b.keys():
+        return False
+    for key, value in a.items():
+        other = b[key]
+        if isinstance(value, torch.Tensor) or isinstance(other, torch.Tensor):
+            if not (
+                isinstance(value, torch.Tensor)
+                and isinstance(other, torch.Tensor)
+                and value.shape == other.shape
+                and torch.equal(value, other)
+            ):
+                return False
+        elif value != other:
+            return False
+    return True
+
+
+def cache_argument(model: torch.nn.Module) -> str:
+    """The forward's keyword for a cache to continue from: `cache` where transformers deprecates `past_key_values`
+    (5.x), else `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def positions_from_mask(model: torch.nn.Module) -> bool:
+    """Whether the model derives its positions from the attention mask (M-RoPE's `get_rope_index`: a left-padded row
+    has its unpadded positions), rather than counting every column (`arange`, padding included)."""
+    return any(hasattr(part, "get_rope_index") for part in (model, getattr(model, "model", None)))
+
+
+def cache_blocker(config) -> str | None:
+    """Why a model of `config` does not continue from a cache as its whole forward computes, within the perturbed
+    pass's 1e-5 (its rows then keep one forward each), or None."""
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if "linear_attention" in (getattr(text_config, "layer_types", None) or ()):
+        # Measured on the tiny Qwen3.5: 1.3e-5 nats of perturbed entropy apart in float32 (the whole forward itself
+        # moves 2.6e-5 when a prompt's left padding changes)
+        return (
+            "linear-attention layers (Gated DeltaNet) run their chunked recurrence over other chunk boundaries when "
+            "continued from a cache"
+        )
+    return None
+
+
+@torch.no_grad()
+def shared_prompt_hidden(
+    model: torch.nn.Module,
+    base_model: torch.nn.Module,
+    capture: Callable[[], AbstractContextManager[list[torch.Tensor]]],
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    length: int,
+    inputs: dict[str, Any],
+    groups: list[list[int]],
+) -> tuple[torch.Tensor, int]:
+    """Completion hidden states `(n, T, d)` of `model` on rows `(n, P + T)`, reading each group's prompt once, and the
+    number of token positions the forwards ran.
+
+    `capture()` collects the backbone's last hidden states of the forwards in its block; `base_model` is the
+    transformers model under any wrapper; `inputs` the rows' model inputs (`take_rows` layout, image inputs as the
+    forward should see them). Per group: a forward over the prompt that keeps the cache (its last position predicts
+    completion token 0), the cache repeated for the group's rows, and a forward over their completions but the last
+    token (each position predicts the next). A model with positions from the mask gets the prompt without its padding
+    and no mask (the same positions); any other gets the padded prompt and the full mask (the same `arange` positions
+    as the whole forward). One group's cache is held at a time."""
+    prompt_length = input_ids.size(1) - length
+    strip = positions_from_mask(base_model)
+    cache_key = cache_argument(base_model)
+    out, positions = None, 0
+    for group in groups:
+        rows = torch.tensor(group, device=input_ids.device)
+        first = group[0]
+        leader = take_rows(inputs, rows[:1])
+        start = int(attention_mask[first, :prompt_length].argmax()) if strip else 0
+        prompt_inputs = {key: leader[key] for key in MODEL_INPUT_KEYS if leader.get(key) is not None}
+        for key in ROW_KEYS:
+            if inputs.get(key) is not None:
+                prompt_inputs[key] = inputs[key][first : first + 1, start:prompt_length]
+        if not strip:
+            prompt_inputs["attention_mask"] = attention_mask[first : first + 1, :prompt_length]
+        with capture() as captured:
+            prompt_out = model(
+                input_ids=input_ids[first : first + 1, start:prompt_length],
+                **prompt_inputs,
+                logits_to_keep=1,
+                use_cache=True,
+            )
+        positions += prompt_length - start + len(group) * (length - 1)
+        last = captured[-1][:, -1:]
+        hidden = last.expand(len(group), 1, last.size(-1))
+        if length > 1:
+            cache = getattr(prompt_out, "cache", None) or prompt_out.past_key_values
+            del prompt_out, captured
+            if len(group) > 1:
+                cache.batch_repeat_interleave(len(group))
+            continuation = {
+                key: inputs[key][rows, prompt_length:-1] for key in ROW_KEYS if inputs.get(key) is not None
+            }
+            if not strip:
+                continuation["attention_mask"] = attention_mask[rows, :-1]
+            with capture() as captured:
+                model(
+                    input_ids=input_ids[rows, prompt_length:-1],
+                    **continuation,
+                    **{cache_key: cache},
+                    logits_to_keep=1,
+                    use_cache=True,
+                )
+            hidden = torch.cat([hidden, captured[-1]], dim=1)
+            del cache, captured
+        if out is None:
+            out = hidden.new_empty(input_ids.size(0), length, hidden.size(-1))
+        out[rows] = hidden
+    return out, positions

@@ -6,15 +6,17 @@ prompt (vision tower and prompt tokens) once and run only the completions per ro
 the tiny Qwen2.5-VL widened for it (hidden 256, 4 layers; vision tower 2 blocks of 64), a prompt of about 1,000 visual
 tokens (an 896 x 896 image: 1,024) and completions of 256 tokens, at 4 and 8 generations:
 
-- the perturbed forward (`PerturbedPass.perturbed_hidden`) shared and whole, rounds in rotated order, with the token
-  positions each runs per completion;
+- the perturbed pass (`PerturbedPass.perturbed_hidden`: the images perturbed, then the no-grad forward) shared and
+  whole, rounds in rotated order, with the token positions each forward runs per completion;
 - the largest difference of the signals (JSD, entropies) between the two, over the batch's tokens;
 - one whole RL step of VEPO and of top-20% entropy at 8 generations: the rollout (`generate`, exactly 256 new tokens
   per completion), `compute_loss` on the batch (VEPO's mask made at first use: its perturbed forward and signals) and
   the backward pass, rotated and interleaved as `bench_gpu_step.py` does, the ratio taken within each round.
 
-    python benchmarks/bench_perturbed.py            # the shape above; about 6 minutes on two CPU cores
+    python benchmarks/bench_perturbed.py            # the shape above; about 4 minutes on two CPU cores
     python benchmarks/bench_perturbed.py --quick    # the same code on small shapes (the test suite runs it)
+    python benchmarks/bench_perturbed.py --model 3b --rounds 3   # on a GPU: Qwen2.5-VL-3B's dimensions in bf16
+                                                                 # (random weights; the GPU acceptance's section)
 
 The last line is one JSON object: `perturbed_time_ratio_g4`, `perturbed_time_ratio_g8` (shared / whole, medians),
 `vepo_over_entropy` (at 8 generations), `max_signal_diff`, and the figures behind them.
@@ -40,14 +42,13 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 warnings.filterwarnings("ignore")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_gpu_step import make_batch, rotations, spread  # noqa: E402
+from bench_gpu_step import QWEN_3B, build_model, make_batch, rotations, spread  # noqa: E402
 
 from vepo_trl import VEPOConfig, VEPOTrainer  # noqa: E402
 from vepo_trl.batch import sequence, take_rows  # noqa: E402
 from vepo_trl.data import synthetic_training_dataset  # noqa: E402
-from vepo_trl.perturb import perturb_pixel_values  # noqa: E402
 from vepo_trl.scoring import TokenSignals  # noqa: E402
-from vepo_trl.testing import build_tiny  # noqa: E402
+from vepo_trl.testing import build_processor, build_tiny  # noqa: E402
 
 
 WIDE = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
@@ -64,6 +65,10 @@ def parse_args(argv=None):
     parser.add_argument("--completion_length", type=int, default=256)
     parser.add_argument("--generations", type=int, nargs="+", default=[4, 8])
     parser.add_argument("--rounds", type=int, default=5, help="Rounds of each comparison, order rotated.")
+    parser.add_argument("--model", choices=["wide", "3b"], default="wide",
+                        help="wide: the tiny Qwen2.5-VL widened (fp32); 3b: Qwen2.5-VL-3B's dimensions (bf16 on a GPU, "
+                        "random weights, as bench_gpu_step.py).")  # fmt: skip
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
     if args.quick:
         args.image_side, args.completion_length, args.rounds = 224, 16, 2
@@ -73,9 +78,10 @@ def parse_args(argv=None):
 
 
 def make_trainer(model, processor, generations, length, settings, output_dir):
+    cuda = next(model.parameters()).device.type == "cuda"
     config = VEPOConfig(output_dir=output_dir, per_device_train_batch_size=generations, num_generations=generations,
                         max_completion_length=length, selection_ratio=0.2, loss_type="bnpo", report_to="none",
-                        use_cpu=True, bf16=False, log_selection_diagnostics=False, **settings)  # fmt: skip
+                        use_cpu=not cuda, bf16=cuda, log_selection_diagnostics=False, **settings)  # fmt: skip
     trainer = VEPOTrainer(model=model, reward_funcs=lambda completions, **_: [0.0] * len(completions), args=config,
                           train_dataset=synthetic_training_dataset(4, seed=0), processing_class=processor)  # fmt: skip
     trainer.model.train()
@@ -83,24 +89,21 @@ def make_trainer(model, processor, generations, length, settings, output_dir):
     return trainer
 
 
-def perturbed_inputs(trainer, batch):
-    """What `PerturbedPass.score_rows` hands the perturbed forward for every row of `batch`."""
+def perturbed_inputs(batch):
+    """What `PerturbedPass.score_rows` hands the perturbed pass for every row of `batch`."""
     ids, mask = sequence(batch)
-    rows = torch.arange(ids.size(0))
-    row_inputs = take_rows(batch, rows)
-    args = trainer.args
-    pixels = perturb_pixel_values(args.perturbation, row_inputs["pixel_values"], row_inputs["image_grid_thw"],
-                                  trainer.perturbed_pass.pixel_layout, seed=args.perturbation_seed, step=0,
-                                  noise_step=trainer.current_noise_step(), sigma=args.noise_sigma,
-                                  patch_probability=args.patch_probability,
-                                  num_generations=trainer.num_generations)  # fmt: skip
-    return ids, mask, batch["completion_ids"].size(1), row_inputs, pixels
+    return ids, mask, batch["completion_ids"].size(1), take_rows(batch, torch.arange(ids.size(0)))
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def time_perturbed(trainer, batch, rounds):
     """Median seconds of the perturbed forward, shared and whole, rotated; token positions per completion each."""
     passes = trainer.perturbed_pass
-    ids, mask, length, row_inputs, pixels = perturbed_inputs(trainer, batch)
+    ids, mask, length, row_inputs = perturbed_inputs(batch)
     seconds = {True: [], False: []}
     positions = {}
     ratios = []
@@ -108,8 +111,10 @@ def time_perturbed(trainer, batch, rounds):
     def run(shared):
         passes.share_prompts = shared
         before = passes.num_positions
+        sync(ids.device)
         start = time.perf_counter()
-        passes.perturbed_hidden(trainer.model, ids, mask, length, row_inputs, pixels)
+        passes.perturbed_hidden(trainer.model, ids, mask, length, row_inputs)
+        sync(ids.device)
         elapsed = time.perf_counter() - start
         positions[shared] = (passes.num_positions - before) / ids.size(0)
         return elapsed
@@ -154,28 +159,42 @@ def rl_step(trainer, processor, batch, length):
               "pixel_values": batch["pixel_values"], "image_grid_thw": batch["image_grid_thw"]}  # fmt: skip
     if "mm_token_type_ids" in batch:
         prompt["mm_token_type_ids"] = batch["mm_token_type_ids"][:, : batch["prompt_ids"].size(1)]
+    device = batch["prompt_ids"].device
+    sync(device)
     start = time.perf_counter()
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), trainer.accelerator.autocast():
         model.generate(**prompt, max_new_tokens=length, min_new_tokens=length, do_sample=True, use_cache=True,
                        pad_token_id=processor.tokenizer.pad_token_id)  # fmt: skip
     model.train()
     loss = trainer.compute_loss(model, copy.copy(batch))
     loss.backward()
     model.zero_grad(set_to_none=True)
+    sync(device)
     return time.perf_counter() - start
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
     torch.manual_seed(0)
-    wide = {**WIDE, "max_pixels": args.image_side * args.image_side}
-    model, processor = build_tiny("qwen2.5-vl", **wide)
+    device = torch.device(args.device)
+    if args.model == "3b":
+        processor = build_processor()
+        side = args.image_side**2
+        processor.image_processor.min_pixels = processor.image_processor.max_pixels = side
+        processor.image_processor.size = {"shortest_edge": side, "longest_edge": side}
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        model = build_model(processor, QWEN_3B, device, dtype)
+        model.config.use_cache = True
+    else:
+        model, processor = build_tiny("qwen2.5-vl", **WIDE, max_pixels=args.image_side**2)
+        model.to(device)
     length = args.completion_length
-    figures: dict = {"image_side": args.image_side, "completion_length": length, "rounds": args.rounds}
+    figures: dict = {"model": args.model, "device": str(device), "image_side": args.image_side,
+                     "completion_length": length, "rounds": args.rounds}  # fmt: skip
     with tempfile.TemporaryDirectory() as output_dir:
         for generations in args.generations:
-            batch = make_batch(processor, torch.device("cpu"), generations, length, args.image_side, VOCAB_LIMIT)
+            batch = make_batch(processor, device, generations, length, args.image_side, VOCAB_LIMIT)
             prompt_length = batch["prompt_ids"].size(1)
             visual = int(batch["image_grid_thw"][0].prod()) // 4
             trainer = make_trainer(model, processor, generations, length, METHODS["vepo"], output_dir)
@@ -198,7 +217,7 @@ def main(argv=None) -> dict:
             figures["max_signal_diff"] = max(figures.get("max_signal_diff", 0.0), difference)
             print(f"  signals (JSD, entropies) shared vs whole: largest difference {difference:.2e}")
         generations = max(args.generations)
-        batch = make_batch(processor, torch.device("cpu"), generations, length, args.image_side, VOCAB_LIMIT)
+        batch = make_batch(processor, device, generations, length, args.image_side, VOCAB_LIMIT)
         trainers = {name: make_trainer(model, processor, generations, length, settings, output_dir)
                     for name, settings in METHODS.items()}  # fmt: skip
         for trainer in trainers.values():

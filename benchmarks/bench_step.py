@@ -7,8 +7,8 @@ method B's in the same round); the figure quoted is the median of the per-round 
 that hits one round (another job on the machine) then shows as a wide spread, never as one method's cost: a pooled
 median across rounds would read a loaded VEPO round against an unloaded GRPO round. The order of the methods rotates
 from round to round (each first once in three). For each method the script also prints the median step time
-(generation, rewards, forward, backward, optimiser), the model forwards per step outside generation, and the perturbed
-forwards per sampled completion.
+(generation, rewards, forward, backward, optimiser), the model's loss forwards per step (outside generation and the
+perturbed pass), and the perturbed forwards per sampled completion.
 
     python benchmarks/bench_step.py                   # about one minute on 2 CPU cores
     python benchmarks/bench_step.py --steps 30 --rounds 5
@@ -101,6 +101,20 @@ def run_method(name, model_dir, dataset, output_dir, args):
             in_loss["flag"] = False
 
     trainer.compute_loss = counting_compute_loss
+    perturbed_pass = getattr(trainer, "perturbed_pass", None)
+    if perturbed_pass is not None:
+        # The perturbed pass is counted per completion (`num_perturbed_completions`), not as loss forwards: it runs one
+        # forward per chunk, or two per prompt (the prompt, then its completions from the cache)
+        perturbed_hidden = perturbed_pass.perturbed_hidden
+
+        def uncounted_perturbed_hidden(*a, **k):
+            flag, in_loss["flag"] = in_loss["flag"], False
+            try:
+                return perturbed_hidden(*a, **k)
+            finally:
+                in_loss["flag"] = flag
+
+        perturbed_pass.perturbed_hidden = uncounted_perturbed_hidden
     trainer.train()
     completions = args.steps * args.batch_size
     return {

@@ -8,6 +8,9 @@ Sections, each a separate process (a crash in one is reported, the rest still ru
                 and 1,024 tokens: VEPO / GRPO and VEPO / entropy per round (median, spread) and the share of a whole
                 RL step (a transformers rollout included) VEPO adds. Runs first and alone, so nothing else shares the
                 GPU while it is timed.
+- `perturbed`   `bench_perturbed.py --model 3b`: the perturbed pass reading each prompt once against every row's whole
+                sequence at Qwen2.5-VL-3B's dimensions (1,024 visual tokens, 256-token completions, 4 and 8
+                generations), and one RL step of VEPO against top-20% entropy, rotated rounds. Alone too.
 - `families`    `gpu_families.py`: every family's tiny model (real classes), two bf16 VEPO steps with `diffusion` and
                 with `patch_blackout`, and `full` against TRL's `GRPOTrainer` (loss and gradients to bf16 tolerance).
 - `smoke`       `gpu_smoke.py --quick`: every strategy, perturbation and loss type's code path on one family.
@@ -164,6 +167,26 @@ def parse_families(output, returncode, cpu):
     if data["failed"]:
         summary += f"; failed: {', '.join(data['failed'])}"
     return ("ok" if returncode == 0 and not data["failed"] else "FAIL"), summary, figures
+
+
+def parse_perturbed(output, returncode, cpu):
+    data = last_json(output)
+    if returncode or not data:
+        return "FAIL", "no result", {}
+    ratios = {key: round(value, 4) for key, value in data.items() if key.startswith("perturbed_time_ratio_g")
+              and isinstance(value, float)}  # fmt: skip
+    step, spread = data["vepo_over_entropy"], data["vepo_over_entropy_spread"]
+    summary = (
+        "perturbed pass, prompt read once / whole: "
+        + ", ".join(
+            f"{key.removeprefix('perturbed_time_ratio_g')} generations {value:.3f}" for key, value in ratios.items()
+        )
+        + f" ({data['visual_tokens']} visual tokens, completions {data['completion_length']}); RL step VEPO / entropy "
+        f"{step:.3f} ({spread[0]:.3f}-{spread[1]:.3f}); signals shared vs whole {data['max_signal_diff']:.1e}"
+    )
+    figures = {"ratios": ratios, "vepo_over_entropy": round(step, 4), "vepo_over_entropy_spread": spread,
+               "max_signal_diff": data["max_signal_diff"], "visual_tokens": data["visual_tokens"]}  # fmt: skip
+    return "ok", summary, figures
 
 
 def parse_smoke(output, returncode, cpu):
@@ -355,6 +378,15 @@ def sections(cpu: bool, quick: bool, scratch: Path) -> list[Section]:
                 else ["--steps", "1", "--warmup", "1", "--rounds", "3", "--completion_length", "256", "1024"]
             ),
             parse_bench,
+            timeout=400,
+            alone=True,
+        ),
+        Section(
+            "perturbed",
+            [py, str(BENCH / "bench_perturbed.py")]
+            # On a GPU at Qwen2.5-VL-3B's dimensions: 1,024 visual tokens, 256-token completions, 4 and 8 generations
+            + (["--quick"] if cpu else ["--model", "3b", "--rounds", "3"]),
+            parse_perturbed,
             timeout=400,
             alone=True,
         ),

@@ -25,10 +25,10 @@ def test_bench_step_quick_path_runs_and_reports_every_method(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert set(figures["round_median_step_seconds"]) == {"grpo", "entropy_top20", "vepo"}
-    # The methods' forwards as their definitions say: one loss forward each, VEPO's perturbed one on top (skipped
-    # for a batch whose completions all have a zero advantage)
+    # The methods' forwards as their definitions say: one loss forward each, VEPO's perturbed pass on top, counted
+    # per completion (skipped for completions with a zero advantage)
     forwards = figures["loss_forwards_per_step"]
-    assert forwards["grpo"] == forwards["entropy_top20"] == 1.0 and 1.0 <= forwards["vepo"] <= 2.0
+    assert forwards["grpo"] == forwards["entropy_top20"] == forwards["vepo"] == 1.0
     assert 0 <= figures["perturbed_forwards_per_completion"] <= 1
 
 
@@ -65,7 +65,8 @@ def test_bench_perturbed_quick_path_reads_each_prompt_once(tmp_path):
         prompt, length = figures["prompt_tokens"], figures["completion_length"]
         assert positions["whole"] == prompt + length
         assert positions["shared"] == prompt / generations + length - 1
-    assert figures["max_signal_diff"] <= 1e-5 and figures["vepo_over_entropy"] > 0
+    # Float32 noise of two ways to sum (tests/test_prompt_cache.py holds every family to 1e-5, two to 1e-10 in float64)
+    assert figures["max_signal_diff"] <= 1e-4 and figures["vepo_over_entropy"] > 0
 
 
 def test_bench_scoring_quick_path(tmp_path):

@@ -240,9 +240,9 @@ def test_acceptance_cpu_quick_runs_every_section(tmp_path):
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary == json.loads((tmp_path / "acceptance.json").read_text())
     sections = summary["sections"]
-    assert set(sections) == {"bench", "families", "smoke", "notebook", "real_width", "launch:ddp", "launch:fsdp",
-                             "launch:zero2", "launch:zero3"}  # fmt: skip
-    for name in ("bench", "families", "smoke", "notebook", "real_width", "launch:ddp", "launch:fsdp"):
+    assert set(sections) == {"bench", "perturbed", "families", "smoke", "notebook", "real_width", "launch:ddp",
+                             "launch:fsdp", "launch:zero2", "launch:zero3"}  # fmt: skip
+    for name in ("bench", "perturbed", "families", "smoke", "notebook", "real_width", "launch:ddp", "launch:fsdp"):
         assert sections[name]["status"] == "ok", (name, sections[name])
     # fp32 on the CPU: full equals GRPOTrainer bit for bit on every family run
     assert all("bit for bit" in detail for detail in sections["families"]["figures"]["full_vs_grpo"].values())
@@ -258,6 +258,8 @@ def test_acceptance_cpu_quick_runs_every_section(tmp_path):
         <= ratios["vepo_over_entropy"]["max"]
     )
     assert set(sections["bench"]["figures"]["share_of_rl_step"]["32"]) == {"over_grpo", "over_entropy"}
+    # The perturbed pass with each prompt read once, at 4 and 8 generations
+    assert set(sections["perturbed"]["figures"]["ratios"]) == {"perturbed_time_ratio_g4", "perturbed_time_ratio_g8"}
     assert sections["launch:ddp"]["figures"]["global_step"] == 3
     # Each launch resumed at step 2 ran step 3 alone and ended on the uninterrupted run's weights, which step 3 moved
     for name in ("launch:ddp", "launch:fsdp"):

@@ -1,7 +1,7 @@
 """The perturbed pass reads each prompt once (`prompt_cache`): for every family, the signals and the mask equal the
 whole-sequence pass's on batches of several prompts (0, 1 or 2 images, prompts of different lengths, left padding,
-completions of different lengths), exactly in float64; rows are grouped by prompt and images, nothing else; the cache
-of a linear-attention model is repeated where transformers does not; sharded weights keep the whole-sequence pass."""
+completions of different lengths), exactly in float64; rows are grouped by prompt and images, nothing else; models with
+linear attention and sharded weights keep the whole-sequence pass."""
 
 import copy
 
@@ -10,9 +10,10 @@ import torch
 from datasets import Dataset
 from PIL import Image
 from transformers.trainer_callback import PrinterCallback
+from trl.trainer.utils import unsplit_pixel_values_by_grid
 
 from vepo_trl import VEPOConfig, VEPOTrainer
-from vepo_trl.batch import has_image
+from vepo_trl.batch import has_image, row_pieces, take_rows
 from vepo_trl.data import synthetic_training_dataset
 from vepo_trl.prompt_cache import cache_blocker, prompt_groups
 from vepo_trl.scoring import TokenSignals
@@ -133,6 +134,14 @@ def test_shared_prompt_signals_equal_the_whole_sequence_pass(family_dirs, tmp_pa
     assert torch.equal(shared_mask, whole_mask)
     # The prompts were read once per group, not once per completion
     assert shared_positions < whole_positions
+    # Every row in order is the batch's own tensors, equal to TRL's pieces put back together
+    everything = take_rows(inputs, torch.arange(inputs["completion_ids"].size(0)))
+    pieces = row_pieces(inputs)
+    keys = [key for key in pieces[0] if key not in ("num_images", "num_tiles")]
+    if keys and any(row["num_images"] for row in pieces):
+        merged = unsplit_pixel_values_by_grid({key: [row[key] for row in pieces] for key in keys})
+        for key in keys:
+            assert torch.equal(everything[key], merged[key]), key
 
 
 @pytest.mark.parametrize("family", ["qwen2.5-vl", "llava"])
@@ -188,6 +197,25 @@ def test_prompt_groups_by_prompt_tokens_mask_and_images():
     gap = mask.clone()
     gap[0, :3] = torch.tensor([1, 0, 1])
     assert prompt_groups(ids, gap, 2, inputs) == [[0], [1], [2], [3], [4]]
+
+
+def test_chunks_keep_a_prompts_completions_together_within_the_budget():
+    """Six responses, three per prompt, P = 6 and T = 2, batch_size 2: a whole-sequence chunk runs 2 x 8 = 16
+    positions; shared, one prompt and its three completions run 6 + 3 x 2 = 12, so each chunk is one prompt."""
+    from vepo_trl.perturbed_pass import PerturbedPass
+
+    prompts = torch.tensor([[1, 2, 3, 4, 5, 6]] * 3 + [[1, 2, 3, 4, 5, 7]] * 3)
+    inputs = {"prompt_ids": prompts, "prompt_mask": torch.ones_like(prompts),
+              "completion_ids": torch.arange(12).view(6, 2), "completion_mask": torch.ones(6, 2, dtype=torch.long)}  # fmt: skip
+    passes = object.__new__(PerturbedPass)
+    index = torch.arange(6)
+    passes.share_prompts = False
+    assert [chunk.tolist() for chunk in passes.chunks(inputs, index, 2)] == [[0, 1], [2, 3], [4, 5]]
+    passes.share_prompts = True
+    assert [chunk.tolist() for chunk in passes.chunks(inputs, index, 2)] == [[0, 1, 2], [3, 4, 5]]
+    # Responses skipped (zero advantage) leave the others in order; a budget of one row splits a prompt's rows
+    assert [chunk.tolist() for chunk in passes.chunks(inputs, torch.tensor([0, 2, 3, 5]), 2)] == [[0, 2], [3, 5]]
+    assert [chunk.tolist() for chunk in passes.chunks(inputs, index, 1)] == [[0], [1], [2], [3], [4], [5]]
 
 
 # ---------------------------------------------------------------------------------------------------------------------

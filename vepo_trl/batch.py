@@ -68,36 +68,59 @@ def multimodal_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
     return {key: inputs.get(key) for key in MULTIMODAL_KEYS}
 
 
-def take_rows(inputs: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
-    """The multimodal inputs of the responses `rows` `(n,)` (indices into the batch), in that order.
-
-    Per-image tensors are split per response with TRL's own `split_pixel_values_by_grid` (the layout rules of every
-    family TRL knows), the chosen responses' pieces taken and merged back with `unsplit_pixel_values_by_grid`. Rows
-    without any image take no pixel inputs at all, as in a text-only batch."""
-    out: dict[str, Any] = {}
-    rows_list = rows.tolist()
+def row_pieces(inputs: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Each response's own image inputs `{key: piece}` (its `num_images`, `num_tiles` and its pieces of every per-image
+    tensor), cut with TRL's `split_pixel_values_by_grid` (the layout rules of every family TRL knows): views, no copy.
+    `None` for a batch without `num_images`."""
     if inputs.get("num_images") is not None:
         inputs = mark_per_row_pixels(inputs, len(inputs["num_images"]))
     num_images = inputs.get("num_images")
-    if num_images is not None:
-        out["num_images"] = [num_images[r] for r in rows_list]
+    if num_images is None:
+        return None
+    rows = [{"num_images": n} for n in num_images]
     if inputs.get("num_tiles") is not None:  # tiles per response (a flat run of tiles): TRL's forward slices by them
-        out["num_tiles"] = [inputs["num_tiles"][r] for r in rows_list]
-    if inputs.get("pixel_values") is not None and num_images is not None:
-        present = {key: inputs[key] for key in MULTIMODAL_KEYS if inputs.get(key) is not None}
-        split = split_pixel_values_by_grid(present)
-        per_row = [key for key, value in split.items() if isinstance(value, list) and key not in _SPLIT_KEYS]
-        batch_size = len(num_images)
-        for key in ("pixel_values", "pixel_attention_mask"):
-            # One padded entry per response (tiles per sample and their mask): TRL's split leaves them as they
-            # are (or splits only `pixel_values`), and its forward slices them by row, as here
-            if key not in per_row and isinstance(split.get(key), torch.Tensor) and split[key].size(0) == batch_size:
-                split = {**split, key: list(split[key].split(1))}
-                per_row.append(key)
-        if sum(out["num_images"]) == 0:
-            out.update(dict.fromkeys(per_row))
-        else:
-            out.update(unsplit_pixel_values_by_grid({key: [split[key][r] for r in rows_list] for key in per_row}))
+        for row, tiles in zip(rows, inputs["num_tiles"]):
+            row["num_tiles"] = tiles
+    if inputs.get("pixel_values") is None:
+        return rows
+    present = {key: inputs[key] for key in MULTIMODAL_KEYS if inputs.get(key) is not None}
+    split = split_pixel_values_by_grid(present)
+    per_row = [key for key, value in split.items() if isinstance(value, list) and key not in _SPLIT_KEYS]
+    for key in ("pixel_values", "pixel_attention_mask"):
+        # One padded entry per response (tiles per sample and their mask): TRL's split leaves them as they are (or
+        # splits only `pixel_values`), and its forward slices them by row, as here
+        if key not in per_row and isinstance(split.get(key), torch.Tensor) and split[key].size(0) == len(rows):
+            split = {**split, key: list(split[key].split(1))}
+            per_row.append(key)
+    for index, row in enumerate(rows):
+        row.update({key: split[key][index] for key in per_row})
+    return rows
+
+
+def take_rows(inputs: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
+    """The multimodal inputs of the responses `rows` `(n,)` (indices into the batch), in that order.
+
+    Each response's pieces (`row_pieces`) are taken and merged back with TRL's `unsplit_pixel_values_by_grid`. Rows
+    without any image take no pixel inputs at all, as in a text-only batch."""
+    out: dict[str, Any] = {}
+    rows_list = rows.tolist()
+    pieces = row_pieces(inputs)
+    if pieces is not None:
+        chosen = [pieces[r] for r in rows_list]
+        out["num_images"] = [row["num_images"] for row in chosen]
+        if pieces and "num_tiles" in pieces[0]:  # TRL's, or 1 per response for per-response pixels
+            out["num_tiles"] = [row["num_tiles"] for row in chosen]
+        per_row = [key for key in pieces[0] if key not in ("num_images", "num_tiles")] if pieces else []
+        if per_row:
+            if sum(out["num_images"]) == 0:
+                out.update(dict.fromkeys(per_row))
+            elif rows_list == list(range(len(pieces))) and all(
+                isinstance(inputs.get(k), torch.Tensor) for k in per_row
+            ):
+                # Every response in order: the pieces put back together are the tensors themselves (no copy)
+                out.update({key: inputs[key] for key in per_row})
+            else:
+                out.update(unsplit_pixel_values_by_grid({key: [row[key] for row in chosen] for key in per_row}))
     for key in ROW_KEYS:
         if inputs.get(key) is not None:
             out[key] = inputs[key][rows.to(inputs[key].device)]

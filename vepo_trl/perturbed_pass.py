@@ -120,25 +120,50 @@ class PerturbedPass:
         with scoring_mode(model), self.host.accelerator.autocast():
             model(**self._dummy_inputs, logits_to_keep=1, use_cache=False)
 
+    def perturb(self, row_inputs: dict[str, Any]) -> torch.Tensor:
+        """The perturbed `pixel_values` of some rows' image inputs (`take_rows` layout), seeded per image."""
+        host, args = self.host, self.host.args
+        return perturb_pixel_values(
+            args.perturbation,
+            row_inputs["pixel_values"],
+            row_inputs.get("image_grid_thw"),
+            self.pixel_layout,
+            seed=args.perturbation_seed,
+            step=host.state.global_step,
+            image_sizes=row_inputs.get("image_sizes"),
+            tile_groups=row_inputs.get("num_tiles"),
+            pixel_attention_mask=row_inputs.get("pixel_attention_mask"),
+            image_position_ids=row_inputs.get("image_position_ids"),
+            noise_step=host.current_noise_step(),
+            sigma=args.noise_sigma,
+            patch_probability=args.patch_probability,
+            num_generations=host.num_generations,
+        )
+
     @torch.no_grad()
-    def perturbed_hidden(self, model, input_ids, attention_mask, length, multimodal, pixel_values) -> torch.Tensor:
-        """Completion hidden states `(n, T, d)` of the no-grad forward (dropout off) with the perturbed `pixel_values`
-        in place of the inputs'. The head runs on one position only: the signals need hidden states, not logits.
-        Where rows share a prompt and its images (and `share_prompts`), each prompt is read once
-        (`prompt_cache.shared_prompt_hidden`); else every row's whole sequence runs."""
-        model_inputs = {key: multimodal[key] for key in MODEL_INPUT_KEYS if multimodal.get(key) is not None}
-        model_inputs["pixel_values"] = pixel_values
+    def perturbed_hidden(self, model, input_ids, attention_mask, length, multimodal) -> torch.Tensor:
+        """Completion hidden states `(n, T, d)` of rows `(n, P + T)` (image inputs `multimodal`, `take_rows` layout)
+        under the no-grad forward (dropout off) with their images perturbed. The head runs on one position only: the
+        signals need hidden states, not logits.
+
+        Rows that share a prompt and its images (`prompt_cache.prompt_groups`) share its perturbed image too (seeded by
+        content): with `share_prompts`, each group's images are perturbed once and its prompt is read once
+        (`prompt_cache.shared_prompt_hidden`); otherwise every row's images are perturbed and its whole sequence
+        runs."""
         if self.share_prompts and length > 0:
-            inputs = {**multimodal, **model_inputs}
-            groups = prompt_groups(input_ids, attention_mask, length, inputs)
+            groups = prompt_groups(input_ids, attention_mask, length, multimodal)
             if len(groups) < input_ids.size(0):
+                leaders = take_rows(multimodal, torch.tensor([group[0] for group in groups], device=input_ids.device))
+                leaders["pixel_values"] = self.perturb(leaders)
                 with scoring_mode(model), self.host.accelerator.autocast():
                     hidden, positions = shared_prompt_hidden(
                         model, self.base_model(model), lambda: self.capture(model), input_ids, attention_mask,
-                        length, inputs, groups,
+                        length, multimodal, groups, leaders,
                     )  # fmt: skip
                 self.num_positions += positions
                 return hidden
+        model_inputs = {key: multimodal[key] for key in MODEL_INPUT_KEYS if multimodal.get(key) is not None}
+        model_inputs["pixel_values"] = self.perturb(multimodal)
         with self.capture(model) as captured, scoring_mode(model), self.host.accelerator.autocast():
             model(
                 input_ids=input_ids, attention_mask=attention_mask, **model_inputs, logits_to_keep=1, use_cache=False
@@ -163,25 +188,8 @@ class PerturbedPass:
             targets = input_ids.new_zeros(0)
         else:
             row_inputs = take_rows(inputs, index)
-            args = host.args
-            perturbed_pixels = perturb_pixel_values(
-                args.perturbation,
-                row_inputs["pixel_values"],
-                row_inputs.get("image_grid_thw"),
-                self.pixel_layout,
-                seed=args.perturbation_seed,
-                step=host.state.global_step,
-                image_sizes=row_inputs.get("image_sizes"),
-                tile_groups=row_inputs.get("num_tiles"),
-                pixel_attention_mask=row_inputs.get("pixel_attention_mask"),
-                image_position_ids=row_inputs.get("image_position_ids"),
-                noise_step=host.current_noise_step(),
-                sigma=args.noise_sigma,
-                patch_probability=args.patch_probability,
-                num_generations=host.num_generations,
-            )
             ids, mask = input_ids[index], attention_mask[index]
-            perturbed = self.perturbed_hidden(model, ids, mask, length, row_inputs, perturbed_pixels)[valid[index]]
+            perturbed = self.perturbed_hidden(model, ids, mask, length, row_inputs)[valid[index]]
             targets = inputs["completion_ids"][index][valid[index]]
             self.num_completions += int(index.numel())
         head = self.lm_head(model)
@@ -202,23 +210,51 @@ class PerturbedPass:
                 tile_size=self.tile_size(input_ids.device),
             )
 
+    def chunks(self, inputs: dict[str, Any], index: torch.Tensor, batch_size: int) -> list[torch.Tensor]:
+        """The responses `index` `(n,)` in consecutive chunks. Each whole-sequence chunk holds `batch_size` of them.
+        With prompts shared, a chunk runs each of its prompts once and each completion, so it takes responses while
+        that stays within what `batch_size` whole rows run (`batch_size x (P + T)` positions): a prompt's completions
+        then meet in one chunk."""
+        rows = index.tolist()
+        if not (self.share_prompts and rows):
+            return [index[start : start + batch_size] for start in range(0, len(rows), batch_size)]
+        input_ids, attention_mask = sequence(inputs)
+        length = inputs["completion_ids"].size(1)
+        prompt_length = input_ids.size(1) - length
+        group_of = {row: number for number, group in enumerate(
+            prompt_groups(input_ids, attention_mask, length, inputs)) for row in group}  # fmt: skip
+        budget = batch_size * (prompt_length + length)
+        chunks, current, groups, cost = [], [], set(), 0
+        for row in rows:
+            extra = length + (0 if group_of[row] in groups else prompt_length)
+            if current and cost + extra > budget:
+                chunks.append(current)
+                current, groups, cost = [], set(), length + prompt_length
+            else:
+                cost += extra
+            current.append(row)
+            groups.add(group_of[row])
+        chunks.append(current)
+        return [torch.tensor(chunk, dtype=index.dtype, device=index.device) for chunk in chunks]
+
     def signals_for_rows(
         self, inputs: dict[str, Any], signals: TokenSignals, rows: torch.Tensor, clean_of_row, batch_size: int, wanted
     ) -> TokenSignals:
-        """Score the responses `rows` `(B,)` in chunks of `batch_size`, `clean_of_row(i)` giving response i's clean
-        token states `(n_valid, d)`; every process runs as many chunks as the process with the most. Writes the
-        signals into `signals` (`(B, T)` fields) for those responses."""
+        """Score the responses `rows` `(B,)` in chunks (`chunks`: of `batch_size` whole rows, or as much work with
+        prompts shared), `clean_of_row(i)` giving response i's clean token states `(n_valid, d)`; every process runs as
+        many chunks as the process with the most. Writes the signals into `signals` (`(B, T)` fields) for those
+        responses."""
         index = rows.nonzero().squeeze(-1)
-        chunks = max(1, -(-int(index.numel()) // batch_size))
+        chunked = self.chunks(inputs, index, batch_size)
         # The same number of scoring passes on every process, whatever each one's share of images and advantages
-        chunks = int(self.host.accelerator.gather(torch.tensor([chunks], device=rows.device)).max())
+        count = int(self.host.accelerator.gather(torch.tensor([max(1, len(chunked))], device=rows.device)).max())
+        chunked += [index[:0]] * (count - len(chunked))
         valid = inputs["completion_mask"].bool()
         token_rows = torch.zeros_like(valid)
         token_rows[index] = valid[index]
         pieces: list[TokenSignals] = []
         hidden_size = self.text_config().hidden_size
-        for chunk in range(chunks):
-            chunk_index = index[chunk * batch_size : (chunk + 1) * batch_size]
+        for chunk_index in chunked:
             clean = [clean_of_row(int(i)) for i in chunk_index]
             clean = torch.cat(clean) if clean else torch.zeros(0, hidden_size, device=rows.device)
             pieces.append(self.score_rows(inputs, chunk_index, clean.to(rows.device), wanted))

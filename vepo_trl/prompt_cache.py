@@ -17,13 +17,12 @@ from typing import Any
 
 import torch
 
-from .batch import MODEL_INPUT_KEYS, ROW_KEYS, take_rows
+from .batch import MODEL_INPUT_KEYS, ROW_KEYS, row_pieces, take_rows
 
 
 def prompt_groups(input_ids, attention_mask, length: int, inputs: dict[str, Any]) -> list[list[int]]:
     """Rows `(n, P + T)` (`length` = T completion tokens) grouped by prompt, in row order: equal prompt tokens and
-    prompt mask, equal per-token inputs over the prompt, equal image inputs (each row's `take_rows`, perturbed pixels
-    included). Every row is its own group unless every prompt mask is left padding (one unbroken run of tokens)."""
+    prompt mask, equal per-token inputs over the prompt, equal image inputs (each row's `batch.row_pieces`). Every row is its own group unless every prompt mask is left padding (one unbroken run of tokens)."""
     prompt_length = input_ids.size(1) - length
     mask = attention_mask[:, :prompt_length].bool()
     if not bool((mask.flip(1).cumprod(1).sum(1) == mask.sum(1)).all()):
@@ -31,19 +30,14 @@ def prompt_groups(input_ids, attention_mask, length: int, inputs: dict[str, Any]
     prompts = [input_ids[:, :prompt_length], mask.to(input_ids.dtype)]
     prompts += [inputs[key][:, :prompt_length].to(input_ids) for key in ROW_KEYS if inputs.get(key) is not None]
     prompts = torch.cat(prompts, dim=1)
-    images: dict[int, dict[str, Any]] = {}
-
-    def images_of(row: int) -> dict[str, Any]:
-        if row not in images:
-            one = take_rows(inputs, torch.tensor([row], device=input_ids.device))
-            images[row] = {key: value for key, value in one.items() if key not in ROW_KEYS}
-        return images[row]
+    # Each row's own image inputs, views of the batch's tensors
+    pieces = row_pieces(inputs) or [{} for _ in range(input_ids.size(0))]
 
     groups: list[list[int]] = []
     for row in range(input_ids.size(0)):
         for group in groups:
             lead = group[0]
-            if torch.equal(prompts[row], prompts[lead]) and _same_inputs(images_of(row), images_of(lead)):
+            if torch.equal(prompts[row], prompts[lead]) and _same_inputs(pieces[row], pieces[lead]):
                 group.append(row)
                 break
         else:
@@ -105,13 +99,15 @@ def shared_prompt_hidden(
     length: int,
     inputs: dict[str, Any],
     groups: list[list[int]],
+    leaders: dict[str, Any],
 ) -> tuple[torch.Tensor, int]:
     """Completion hidden states `(n, T, d)` of `model` on rows `(n, P + T)`, reading each group's prompt once, and the
     number of token positions the forwards ran.
 
     `capture()` collects the backbone's last hidden states of the forwards in its block; `base_model` is the
-    transformers model under any wrapper; `inputs` the rows' model inputs (`take_rows` layout, image inputs as the
-    forward should see them). Per group: a forward over the prompt that keeps the cache (its last position predicts
+    transformers model under any wrapper; `inputs` the rows' inputs (`take_rows` layout: their per-token inputs are
+    read); `leaders` each group's first row's image inputs in group order (`take_rows` layout), as the forward
+    should see them (perturbed). Per group: a forward over the prompt that keeps the cache (its last position predicts
     completion token 0), the cache repeated for the group's rows, and a forward over their completions but the last
     token (each position predicts the next). A model with positions from the mask gets the prompt without its padding
     and no mask (the same positions); any other gets the padded prompt and the full mask (the same `arange` positions
@@ -120,10 +116,10 @@ def shared_prompt_hidden(
     strip = positions_from_mask(base_model)
     cache_key = cache_argument(base_model)
     out, positions = None, 0
-    for group in groups:
+    for number, group in enumerate(groups):
         rows = torch.tensor(group, device=input_ids.device)
         first = group[0]
-        leader = take_rows(inputs, rows[:1])
+        leader = take_rows(leaders, torch.tensor([number], device=input_ids.device))
         start = int(attention_mask[first, :prompt_length].argmax()) if strip else 0
         prompt_inputs = {key: leader[key] for key in MODEL_INPUT_KEYS if leader.get(key) is not None}
         for key in ROW_KEYS:

@@ -231,11 +231,13 @@ def test_acceptance_real_width_fails_beyond_the_signal_tolerance(acceptance):
 @pytest.mark.slow(minutes=3)
 def test_acceptance_cpu_quick_runs_every_section(tmp_path):
     result = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "gpu_acceptance.py"), "--cpu", "--quick", "--out", str(tmp_path)],
+        # The budget is for a lent GPU's minutes: here the run must pass however loaded the machine is
+        [sys.executable, str(REPO / "benchmarks" / "gpu_acceptance.py"), "--cpu", "--quick", "--out", str(tmp_path),
+         "--budget", "3000"],
         capture_output=True,
         text=True,
-        timeout=900,
-    )
+        timeout=3300,
+    )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary == json.loads((tmp_path / "acceptance.json").read_text())

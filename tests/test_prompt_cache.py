@@ -161,6 +161,24 @@ def test_shared_prompt_pass_is_exact_in_float64(family_dirs, tmp_path, family):
         assert difference <= 1e-10, f"{name}: {difference:.2e}"
 
 
+def test_a_model_that_keeps_no_cache_falls_back_to_the_whole_sequence_pass(family_dirs, tmp_path, caplog):
+    trainer = _trainer(family_dirs["qwen2.5-vl"], _dataset("qwen2.5-vl"), tmp_path)
+    inputs = _batch(trainer)
+    forward = trainer.model.forward
+
+    def without_cache(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        out.past_key_values = None
+        return out
+
+    trainer.model.forward = without_cache
+    with caplog.at_level("WARNING", logger="vepo_trl.perturbed_pass"):
+        both, rows, valid = _signals_both_ways(trainer, inputs)
+    assert "no cache" in caplog.text
+    scored = valid & rows[:, None]
+    assert torch.equal(both[True][0].jsd[scored], both[False][0].jsd[scored])
+
+
 def test_the_training_step_uses_the_shared_pass_and_keeps_its_mask(family_dirs, tmp_path):
     """Rollout-time scoring (steps_per_generation 2): the mask a step stores is the same with the prompt read once."""
     dataset = _dataset("qwen2.5-vl")

@@ -9,6 +9,7 @@ model, vision tower, LM head) line up across processes.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -20,6 +21,9 @@ from .perturb import ImageLayout, PixelLayout, perturb_pixel_values
 from .prompt_cache import cache_blocker, prompt_groups, shared_prompt_hidden
 from .scoring import TokenSignals, scatter_to_rows, token_signals
 from .sharding import dummy_image, full_lm_head, weights_are_sharded
+
+
+logger = logging.getLogger(__name__)
 
 
 def check_vision_support(processing_class, strategy: str, model=None) -> PixelLayout | ImageLayout:
@@ -161,7 +165,13 @@ class PerturbedPass:
                         length, multimodal, groups, leaders,
                     )  # fmt: skip
                 self.num_positions += positions
-                return hidden
+                if hidden is not None:
+                    return hidden
+                logger.warning(
+                    "The model returned no cache from its prompt forward: the perturbed pass runs every completion's "
+                    "whole sequence from now on."
+                )
+                self.share_prompts = False
         model_inputs = {key: multimodal[key] for key in MODEL_INPUT_KEYS if multimodal.get(key) is not None}
         model_inputs["pixel_values"] = self.perturb(multimodal)
         with self.capture(model) as captured, scoring_mode(model), self.host.accelerator.autocast():

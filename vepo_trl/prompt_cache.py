@@ -100,9 +100,9 @@ def shared_prompt_hidden(
     inputs: dict[str, Any],
     groups: list[list[int]],
     leaders: dict[str, Any],
-) -> tuple[torch.Tensor, int]:
+) -> tuple[torch.Tensor | None, int]:
     """Completion hidden states `(n, T, d)` of `model` on rows `(n, P + T)`, reading each group's prompt once, and the
-    number of token positions the forwards ran.
+    number of token positions the forwards ran; `None` for the states when the model returns no cache.
 
     `capture()` collects the backbone's last hidden states of the forwards in its block; `base_model` is the
     transformers model under any wrapper; `inputs` the rows' inputs (`take_rows` layout: their per-token inputs are
@@ -138,8 +138,10 @@ def shared_prompt_hidden(
         last = captured[-1][:, -1:]
         hidden = last.expand(len(group), 1, last.size(-1))
         if length > 1:
-            cache = getattr(prompt_out, "cache", None) or prompt_out.past_key_values
+            cache = getattr(prompt_out, "cache", None) or getattr(prompt_out, "past_key_values", None)
             del prompt_out, captured
+            if cache is None:
+                return None, positions  # the model kept no cache: the caller runs the whole sequences
             if len(group) > 1:
                 cache.batch_repeat_interleave(len(group))
             continuation = {

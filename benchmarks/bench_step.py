@@ -105,16 +105,19 @@ def run_method(name, model_dir, dataset, output_dir, args):
     if perturbed_pass is not None:
         # The perturbed pass is counted per completion (`num_perturbed_completions`), not as loss forwards: it runs one
         # forward per chunk, or two per prompt (the prompt, then its completions from the cache)
-        perturbed_hidden = perturbed_pass.perturbed_hidden
+        # (and so is the one-image dummy a micro-batch with nothing to score runs)
+        def uncounted(method):
+            def run(*a, **k):
+                flag, in_loss["flag"] = in_loss["flag"], False
+                try:
+                    return method(*a, **k)
+                finally:
+                    in_loss["flag"] = flag
 
-        def uncounted_perturbed_hidden(*a, **k):
-            flag, in_loss["flag"] = in_loss["flag"], False
-            try:
-                return perturbed_hidden(*a, **k)
-            finally:
-                in_loss["flag"] = flag
+            return run
 
-        perturbed_pass.perturbed_hidden = uncounted_perturbed_hidden
+        perturbed_pass.perturbed_hidden = uncounted(perturbed_pass.perturbed_hidden)
+        perturbed_pass.dummy_forward = uncounted(perturbed_pass.dummy_forward)
     trainer.train()
     completions = args.steps * args.batch_size
     return {

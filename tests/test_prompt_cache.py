@@ -1,6 +1,6 @@
 """The perturbed pass reads each prompt once (`prompt_cache`): for every family, the signals and the mask equal the
 whole-sequence pass's on batches of several prompts (0, 1 or 2 images, prompts of different lengths, left padding,
-completions of different lengths), exactly in float64; rows are grouped by prompt and images, nothing else; models with
+completions of different lengths), within 1e-10 in float64; rows are grouped by prompt and images, nothing else; models with
 linear attention and sharded weights keep the whole-sequence pass."""
 
 import copy
@@ -15,7 +15,7 @@ from trl.trainer.utils import unsplit_pixel_values_by_grid
 from vepo_trl import VEPOConfig, VEPOTrainer
 from vepo_trl.batch import has_image, row_pieces, take_rows
 from vepo_trl.data import synthetic_training_dataset
-from vepo_trl.prompt_cache import cache_blocker, prompt_groups
+from vepo_trl.prompt_cache import cache_blocker, completions_hold_images, prompt_groups
 from vepo_trl.scoring import TokenSignals
 from vepo_trl.selection_pipeline import SELECTION_KEY
 from vepo_trl.testing import TINY_FAMILIES, build_tiny_config, build_tiny_processor, save_tiny, takes
@@ -93,8 +93,9 @@ def _batch(trainer):
     return trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
 
 
-def _signals_both_ways(trainer, inputs):
-    """The perturbed pass's signals and the mask, with each prompt read once and with every row's whole sequence."""
+def _signals_both_ways(trainer, inputs, batch_size=None):
+    """The perturbed pass's signals and the mask, with each prompt read once and with every row's whole sequence, in
+    chunks of `batch_size` rows (all by default)."""
     pipeline, perturbed = trainer.selection_pipeline, trainer.perturbed_pass
     model = trainer.model
     with torch.no_grad(), perturbed.capture(model) as captured:
@@ -112,7 +113,7 @@ def _signals_both_ways(trainer, inputs):
             TokenSignals(entropy=entropies.float(), logp=logps.float()),
             rows,
             lambda i: hidden[i][valid[i]],
-            inputs["completion_ids"].size(0),
+            batch_size or inputs["completion_ids"].size(0),
             set(SIGNALS),
         )
         out[shared] = (signals, pipeline.select(inputs, signals, rows), perturbed.num_positions - before)
@@ -159,6 +160,68 @@ def test_shared_prompt_pass_is_exact_in_float64(family_dirs, tmp_path, family):
     for name in SIGNALS:
         difference = (getattr(both[True][0], name) - getattr(both[False][0], name))[scored].abs().max().item()
         assert difference <= 1e-10, f"{name}: {difference:.2e}"
+
+
+def _by_prompt(inputs):
+    """The batch's rows ordered by prompt, as TRL's generation batch is before its shuffle (the rollout-time path)."""
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    order = torch.tensor(
+        [row for group in prompt_groups(ids, mask, inputs["completion_ids"].size(1), inputs) for row in group]
+    )
+    rows = order.numel()
+    out = {key: value[order] if isinstance(value, torch.Tensor) and value.dim() and value.size(0) == rows else value
+           for key, value in inputs.items()}  # fmt: skip
+    out.update(take_rows(inputs, order))
+    return out
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 5])
+@pytest.mark.parametrize("family", ["qwen2.5-vl", "llava"])
+def test_small_scoring_chunks_read_each_prompt_once_and_keep_the_signals(family_dirs, tmp_path, family, batch_size):
+    """Forwards of one, two or five rows: a prompt's completions run in slices, each from its own copy of the cache;
+    the signals stay the whole-sequence pass's."""
+    trainer = _trainer(family_dirs[family], _dataset(family), tmp_path)
+    inputs = _by_prompt(_batch(trainer))
+    both, rows, valid = _signals_both_ways(trainer, inputs, batch_size)
+    scored = valid & rows[:, None]
+    for name in SIGNALS:
+        difference = (getattr(both[True][0], name) - getattr(both[False][0], name))[scored].abs().max().item()
+        assert difference <= 1e-5, f"{name}: {difference:.2e}"
+    assert torch.equal(both[True][1], both[False][1])
+    assert both[True][2] < both[False][2]
+
+
+def test_one_token_completions(family_dirs, tmp_path):
+    """T = 1: the prompt's last position predicts the only token; no completion forward runs."""
+    trainer = _trainer(family_dirs["qwen2.5-vl"], _dataset("qwen2.5-vl"), tmp_path, max_completion_length=1)
+    inputs = _batch(trainer)
+    assert inputs["completion_ids"].size(1) == 1
+    both, rows, valid = _signals_both_ways(trainer, inputs)
+    scored = valid & rows[:, None]
+    for name in SIGNALS:
+        difference = (getattr(both[True][0], name) - getattr(both[False][0], name))[scored].abs().max().item()
+        assert difference <= 1e-5, f"{name}: {difference:.2e}"
+
+
+def test_completions_holding_an_image_keep_the_whole_sequence_pass(family_dirs, tmp_path):
+    """A tool's image in a completion (TRL 1.16 puts its placeholders and pixels there): the prompt forward would see
+    pixels for placeholders it does not hold, so the chunk runs whole sequences."""
+    trainer = _trainer(family_dirs["qwen2.5-vl"], _dataset("qwen2.5-vl"), tmp_path)
+    passes = trainer.perturbed_pass
+    image_token = trainer.processing_class.image_token_id
+    assert image_token in passes.image_token_ids
+    inputs = _batch(trainer)
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    length = inputs["completion_ids"].size(1)
+    assert not completions_hold_images(ids, length, inputs, passes.image_token_ids)
+    with_tool = ids.clone()
+    with_tool[0, -2] = image_token
+    assert completions_hold_images(with_tool, length, inputs, passes.image_token_ids)
+    # Token types that mark vision tokens in the completion say the same without the id
+    types = torch.zeros_like(ids)
+    types[1, -1] = 1
+    assert completions_hold_images(ids, length, {**inputs, "mm_token_type_ids": types}, [])
 
 
 def test_a_model_that_keeps_no_cache_falls_back_to_the_whole_sequence_pass(family_dirs, tmp_path, caplog):
@@ -218,8 +281,8 @@ def test_prompt_groups_by_prompt_tokens_mask_and_images():
 
 
 def test_chunks_keep_a_prompts_completions_together_within_the_budget():
-    """Six responses, three per prompt, P = 6 and T = 2, batch_size 2: a whole-sequence chunk runs 2 x 8 = 16
-    positions; shared, one prompt and its three completions run 6 + 3 x 2 = 12, so each chunk is one prompt."""
+    """Six responses, three per prompt, batch_size 2: whole-sequence chunks of two rows; shared, a chunk takes the rest
+    of its prompt's consecutive rows (its forwards still run two rows at most), so each prompt is read once."""
     from vepo_trl.perturbed_pass import PerturbedPass
 
     prompts = torch.tensor([[1, 2, 3, 4, 5, 6]] * 3 + [[1, 2, 3, 4, 5, 7]] * 3)
@@ -231,9 +294,12 @@ def test_chunks_keep_a_prompts_completions_together_within_the_budget():
     assert [chunk.tolist() for chunk in passes.chunks(inputs, index, 2)] == [[0, 1], [2, 3], [4, 5]]
     passes.share_prompts = True
     assert [chunk.tolist() for chunk in passes.chunks(inputs, index, 2)] == [[0, 1, 2], [3, 4, 5]]
-    # Responses skipped (zero advantage) leave the others in order; a budget of one row splits a prompt's rows
+    # Responses skipped (zero advantage) leave the others in order; one row per forward keeps a prompt's rows together
     assert [chunk.tolist() for chunk in passes.chunks(inputs, torch.tensor([0, 2, 3, 5]), 2)] == [[0, 2], [3, 5]]
-    assert [chunk.tolist() for chunk in passes.chunks(inputs, index, 1)] == [[0], [1], [2], [3], [4], [5]]
+    assert [chunk.tolist() for chunk in passes.chunks(inputs, index, 1)] == [[0, 1, 2], [3, 4, 5]]
+    # Small prompts pack into one chunk up to batch_size; a prompt's rows that are not consecutive start over
+    scattered = torch.tensor([0, 3, 1, 4, 2, 5])
+    assert [chunk.tolist() for chunk in passes.chunks(inputs, scattered, 2)] == [[0, 3], [1, 4], [2, 5]]
 
 
 # ---------------------------------------------------------------------------------------------------------------------

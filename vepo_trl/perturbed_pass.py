@@ -18,7 +18,13 @@ from accelerate.utils import is_peft_model
 from .batch import MODEL_INPUT_KEYS, capture_final_hidden, completion_hidden, scoring_mode, sequence, take_rows
 from .families import pixel_layout
 from .perturb import ImageLayout, PixelLayout, perturb_pixel_values
-from .prompt_cache import cache_blocker, prompt_groups, shared_prompt_hidden
+from .prompt_cache import (
+    cache_blocker,
+    completions_hold_images,
+    prompt_groups,
+    shared_prompt_hidden,
+    vision_token_ids,
+)
 from .scoring import TokenSignals, scatter_to_rows, token_signals
 from .sharding import dummy_image, full_lm_head, weights_are_sharded
 
@@ -70,6 +76,8 @@ class PerturbedPass:
         # where the model's continuation from a cache is not its whole forward (`prompt_cache.cache_blocker`)
         config = getattr(self.base_model(host.model), "config", None)
         self.share_prompts = not weights_are_sharded(host) and (config is None or cache_blocker(config) is None)
+        # A completion holding these (a tool's image) keeps the whole-sequence pass
+        self.image_token_ids = vision_token_ids(config, getattr(host, "processing_class", None))
 
     # -- model parts ---------------------------------------------------------------------------------------------
 
@@ -145,24 +153,30 @@ class PerturbedPass:
         )
 
     @torch.no_grad()
-    def perturbed_hidden(self, model, input_ids, attention_mask, length, multimodal) -> torch.Tensor:
+    def perturbed_hidden(self, model, input_ids, attention_mask, length, multimodal, max_rows=None) -> torch.Tensor:
         """Completion hidden states `(n, T, d)` of rows `(n, P + T)` (image inputs `multimodal`, `take_rows` layout)
-        under the no-grad forward (dropout off) with their images perturbed. The head runs on one position only: the
-        signals need hidden states, not logits.
+        under the no-grad forward (dropout off) with their images perturbed, at most `max_rows` rows (all by default)
+        per forward. The head runs on one position only: the signals need hidden states, not logits.
 
         Rows that share a prompt and its images (`prompt_cache.prompt_groups`) share its perturbed image too (seeded by
-        content): with `share_prompts`, each group's images are perturbed once and its prompt is read once
-        (`prompt_cache.shared_prompt_hidden`); otherwise every row's images are perturbed and its whole sequence
-        runs."""
-        if self.share_prompts and length > 0:
+        content): with `share_prompts`, where some prompt has two rows here and no completion holds an image, each
+        prompt's images are perturbed once and it is read once (`prompt_cache.shared_prompt_hidden`); otherwise every
+        row's images are perturbed and its whole sequence runs."""
+        rows = input_ids.size(0)
+        max_rows = max_rows or rows
+        if (
+            self.share_prompts
+            and length > 0
+            and not completions_hold_images(input_ids, length, multimodal, self.image_token_ids)
+        ):
             groups = prompt_groups(input_ids, attention_mask, length, multimodal)
-            if len(groups) < input_ids.size(0):
+            if len(groups) < rows:
                 leaders = take_rows(multimodal, torch.tensor([group[0] for group in groups], device=input_ids.device))
                 leaders["pixel_values"] = self.perturb(leaders)
                 with scoring_mode(model), self.host.accelerator.autocast():
                     hidden, positions = shared_prompt_hidden(
                         model, self.base_model(model), lambda: self.capture(model), input_ids, attention_mask,
-                        length, multimodal, groups, leaders,
+                        length, multimodal, groups, leaders, max_rows,
                     )  # fmt: skip
                 self.num_positions += positions
                 if hidden is not None:
@@ -172,22 +186,34 @@ class PerturbedPass:
                     "whole sequence from now on."
                 )
                 self.share_prompts = False
-        model_inputs = {key: multimodal[key] for key in MODEL_INPUT_KEYS if multimodal.get(key) is not None}
-        model_inputs["pixel_values"] = self.perturb(multimodal)
-        with self.capture(model) as captured, scoring_mode(model), self.host.accelerator.autocast():
-            model(
-                input_ids=input_ids, attention_mask=attention_mask, **model_inputs, logits_to_keep=1, use_cache=False
-            )
-        self.num_positions += input_ids.numel()
-        return completion_hidden(captured, length)
+        pieces = []
+        for start in range(0, rows, max_rows):
+            part = torch.arange(start, min(start + max_rows, rows), device=input_ids.device)
+            part_inputs = multimodal if part.numel() == rows else take_rows(multimodal, part)
+            model_inputs = {key: part_inputs[key] for key in MODEL_INPUT_KEYS if part_inputs.get(key) is not None}
+            model_inputs["pixel_values"] = self.perturb(part_inputs)
+            with self.capture(model) as captured, scoring_mode(model), self.host.accelerator.autocast():
+                model(
+                    input_ids=input_ids[part],
+                    attention_mask=attention_mask[part],
+                    **model_inputs,
+                    logits_to_keep=1,
+                    use_cache=False,
+                )
+            pieces.append(completion_hidden(captured, length))
+            self.num_positions += input_ids[part].numel()
+        return torch.cat(pieces)
 
     # -- signals -------------------------------------------------------------------------------------------------
 
     @torch.no_grad()
-    def score_rows(self, inputs, index: torch.Tensor, clean_tokens: torch.Tensor, wanted: set[str]) -> TokenSignals:
+    def score_rows(
+        self, inputs, index: torch.Tensor, clean_tokens: torch.Tensor, wanted: set[str], max_rows: int | None = None
+    ) -> TokenSignals:
         """Signals of the responses `index` `(n,)` of a batch, over their valid completion tokens (flattened, row by
-        row, `(N,)` each), from their clean hidden states `clean_tokens` `(N, d)` and one perturbed forward. With no
-        row, a dummy forward and a signal pass over no token keep the collectives aligned."""
+        row, `(N,)` each), from their clean hidden states `clean_tokens` `(N, d)` and their perturbed pass (at most
+        `max_rows` rows per forward). With no row, a dummy forward and a signal pass over no token keep the collectives
+        aligned."""
         host, model = self.host, self.host.model
         input_ids, attention_mask = sequence(inputs)
         length = inputs["completion_ids"].size(1)
@@ -199,7 +225,7 @@ class PerturbedPass:
         else:
             row_inputs = take_rows(inputs, index)
             ids, mask = input_ids[index], attention_mask[index]
-            perturbed = self.perturbed_hidden(model, ids, mask, length, row_inputs)[valid[index]]
+            perturbed = self.perturbed_hidden(model, ids, mask, length, row_inputs, max_rows)[valid[index]]
             targets = inputs["completion_ids"][index][valid[index]]
             self.num_completions += int(index.numel())
         head = self.lm_head(model)
@@ -221,37 +247,30 @@ class PerturbedPass:
             )
 
     def chunks(self, inputs: dict[str, Any], index: torch.Tensor, batch_size: int) -> list[torch.Tensor]:
-        """The responses `index` `(n,)` in consecutive chunks. Each whole-sequence chunk holds `batch_size` of them.
-        With prompts shared, a chunk runs each of its prompts once and each completion, so it takes responses while
-        that stays within what `batch_size` whole rows run (`batch_size x (P + T)` positions): a prompt's completions
-        then meet in one chunk."""
+        """The responses `index` `(n,)` in consecutive chunks of `batch_size`. With prompts shared, a chunk takes the
+        rest of a prompt's responses beyond `batch_size` (its forwards still run at most `batch_size` rows each), so
+        a prompt's consecutive completions meet in one chunk and its prompt is read once."""
         rows = index.tolist()
         if not (self.share_prompts and rows):
             return [index[start : start + batch_size] for start in range(0, len(rows), batch_size)]
         input_ids, attention_mask = sequence(inputs)
         length = inputs["completion_ids"].size(1)
-        prompt_length = input_ids.size(1) - length
         group_of = {row: number for number, group in enumerate(
             prompt_groups(input_ids, attention_mask, length, inputs)) for row in group}  # fmt: skip
-        budget = batch_size * (prompt_length + length)
-        chunks, current, groups, cost = [], [], set(), 0
+        chunks: list[list[int]] = []
         for row in rows:
-            extra = length + (0 if group_of[row] in groups else prompt_length)
-            if current and cost + extra > budget:
-                chunks.append(current)
-                current, groups, cost = [], set(), length + prompt_length
+            current = chunks[-1] if chunks else None
+            if current is None or (len(current) >= batch_size and group_of[row] != group_of[current[-1]]):
+                chunks.append([row])
             else:
-                cost += extra
-            current.append(row)
-            groups.add(group_of[row])
-        chunks.append(current)
+                current.append(row)
         return [torch.tensor(chunk, dtype=index.dtype, device=index.device) for chunk in chunks]
 
     def signals_for_rows(
         self, inputs: dict[str, Any], signals: TokenSignals, rows: torch.Tensor, clean_of_row, batch_size: int, wanted
     ) -> TokenSignals:
-        """Score the responses `rows` `(B,)` in chunks (`chunks`: of `batch_size` whole rows, or as much work with
-        prompts shared), `clean_of_row(i)` giving response i's clean token states `(n_valid, d)`; every process runs as
+        """Score the responses `rows` `(B,)` in chunks (`chunks`: of `batch_size` rows, a prompt's consecutive rows
+        kept together when prompts are shared), `clean_of_row(i)` giving response i's clean token states `(n_valid, d)`; every process runs as
         many chunks as the process with the most. Writes the signals into `signals` (`(B, T)` fields) for those
         responses."""
         index = rows.nonzero().squeeze(-1)
@@ -267,7 +286,7 @@ class PerturbedPass:
         for chunk_index in chunked:
             clean = [clean_of_row(int(i)) for i in chunk_index]
             clean = torch.cat(clean) if clean else torch.zeros(0, hidden_size, device=rows.device)
-            pieces.append(self.score_rows(inputs, chunk_index, clean.to(rows.device), wanted))
+            pieces.append(self.score_rows(inputs, chunk_index, clean.to(rows.device), wanted, batch_size))
         for name in pieces[0].computed():
             values = scatter_to_rows(torch.cat([getattr(piece, name) for piece in pieces]), token_rows)
             current = getattr(signals, name)

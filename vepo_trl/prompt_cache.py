@@ -10,6 +10,7 @@ batch's tensors; `perturbed_pass` decides when they run.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -63,6 +64,35 @@ def _same_inputs(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return True
 
 
+# Where a config or processor names its image and video placeholder tokens
+_VISION_TOKEN_ATTRIBUTES = ("image_token_id", "image_token_index", "video_token_id", "video_token_index")
+
+
+def vision_token_ids(*sources) -> list[int]:
+    """The image and video placeholder ids a model's config (and its text config) or processor declares."""
+    ids = set()
+    for source in sources:
+        for part in (source, getattr(source, "text_config", None)):
+            for attribute in _VISION_TOKEN_ATTRIBUTES:
+                value = getattr(part, attribute, None)
+                if isinstance(value, int) and value >= 0:
+                    ids.add(value)
+    return sorted(ids)
+
+
+def completions_hold_images(input_ids, length: int, inputs: dict[str, Any], image_token_ids: list[int]) -> bool:
+    """Whether any completion of rows `(n, P + T)` holds image or video tokens (a tool's image, which TRL 1.16 puts in
+    the completion with its pixels): the prompt forward would then see pixels for placeholders it does not hold."""
+    completions = input_ids[:, input_ids.size(1) - length :]
+    if image_token_ids and bool(
+        torch.isin(completions, torch.tensor(image_token_ids, device=completions.device)).any()
+    ):
+        return True
+    # `mm_token_type_ids` marks images and videos non-zero (`token_type_ids` is also a prefix LM's suffix marker)
+    types = inputs.get("mm_token_type_ids")
+    return types is not None and bool((types[:, -length:] != 0).any())
+
+
 def cache_argument(model: torch.nn.Module) -> str:
     """The forward's keyword for a cache to continue from: `cache` where transformers deprecates `past_key_values`
     (5.x), else `past_key_values`."""
@@ -100,6 +130,7 @@ def shared_prompt_hidden(
     inputs: dict[str, Any],
     groups: list[list[int]],
     leaders: dict[str, Any],
+    max_rows: int,
 ) -> tuple[torch.Tensor | None, int]:
     """Completion hidden states `(n, T, d)` of `model` on rows `(n, P + T)`, reading each group's prompt once, and the
     number of token positions the forwards ran; `None` for the states when the model returns no cache.
@@ -108,16 +139,15 @@ def shared_prompt_hidden(
     transformers model under any wrapper; `inputs` the rows' inputs (`take_rows` layout: their per-token inputs are
     read); `leaders` each group's first row's image inputs in group order (`take_rows` layout), as the forward
     should see them (perturbed). Per group: a forward over the prompt that keeps the cache (its last position predicts
-    completion token 0), the cache repeated for the group's rows, and a forward over their completions but the last
-    token (each position predicts the next). A model with positions from the mask gets the prompt without its padding
+    completion token 0), then, `max_rows` rows at a time, the cache repeated for those rows and a forward over their
+    completions but the last token (each position predicts the next). A model with positions from the mask gets the prompt without its padding
     and no mask (the same positions); any other gets the padded prompt and the full mask (the same `arange` positions
-    as the whole forward). One group's cache is held at a time."""
+    as the whole forward). One group's cache, and one slice's copy, are held at a time."""
     prompt_length = input_ids.size(1) - length
     strip = positions_from_mask(base_model)
     cache_key = cache_argument(base_model)
     out, positions = None, 0
     for number, group in enumerate(groups):
-        rows = torch.tensor(group, device=input_ids.device)
         first = group[0]
         leader = take_rows(leaders, torch.tensor([number], device=input_ids.device))
         start = int(attention_mask[first, :prompt_length].argmax()) if strip else 0
@@ -132,34 +162,43 @@ def shared_prompt_hidden(
                 input_ids=input_ids[first : first + 1, start:prompt_length],
                 **prompt_inputs,
                 logits_to_keep=1,
-                use_cache=True,
+                use_cache=length > 1,
             )
         positions += prompt_length - start + len(group) * (length - 1)
         last = captured[-1][:, -1:]
-        hidden = last.expand(len(group), 1, last.size(-1))
-        if length > 1:
-            cache = getattr(prompt_out, "cache", None) or getattr(prompt_out, "past_key_values", None)
-            del prompt_out, captured
-            if cache is None:
-                return None, positions  # the model kept no cache: the caller runs the whole sequences
-            if len(group) > 1:
-                cache.batch_repeat_interleave(len(group))
-            continuation = {
-                key: inputs[key][rows, prompt_length:-1] for key in ROW_KEYS if inputs.get(key) is not None
-            }
-            if not strip:
-                continuation["attention_mask"] = attention_mask[rows, :-1]
-            with capture() as captured:
-                model(
-                    input_ids=input_ids[rows, prompt_length:-1],
-                    **continuation,
-                    **{cache_key: cache},
-                    logits_to_keep=1,
-                    use_cache=True,
-                )
-            hidden = torch.cat([hidden, captured[-1]], dim=1)
-            del cache, captured
-        if out is None:
-            out = hidden.new_empty(input_ids.size(0), length, hidden.size(-1))
-        out[rows] = hidden
+        cache = getattr(prompt_out, "cache", None) or getattr(prompt_out, "past_key_values", None)
+        del prompt_out, captured
+        if length > 1 and cache is None:
+            return None, positions  # the model kept no cache: the caller runs the whole sequences
+        # The group's completions from the prompt's cache, at most `max_rows` at a time: each slice holds its own copy
+        # of the cache (`rows x (P + T)` keys and values), as many rows as a whole-sequence chunk holds
+        slices = [group[i : i + max_rows] for i in range(0, len(group), max_rows)]
+        for index, rows_list in enumerate(slices):
+            hidden = last.expand(len(rows_list), 1, last.size(-1))
+            if length > 1:
+                rows = torch.tensor(rows_list, device=input_ids.device)
+                own = cache if index == len(slices) - 1 else copy.deepcopy(cache)
+                if len(rows_list) > 1:
+                    own.batch_repeat_interleave(len(rows_list))
+                continuation = {
+                    key: inputs[key][rows.to(inputs[key].device), prompt_length:-1]
+                    for key in ROW_KEYS
+                    if inputs.get(key) is not None
+                }
+                if not strip:
+                    continuation["attention_mask"] = attention_mask[rows, :-1]
+                with capture() as captured:
+                    model(
+                        input_ids=input_ids[rows, prompt_length:-1],
+                        **continuation,
+                        **{cache_key: own},
+                        logits_to_keep=1,
+                        use_cache=True,
+                    )
+                hidden = torch.cat([hidden, captured[-1]], dim=1)
+                del own, captured
+            if out is None:
+                out = hidden.new_empty(input_ids.size(0), length, hidden.size(-1))
+            out[torch.tensor(rows_list, device=out.device)] = hidden
+        del cache
     return out, positions

@@ -1,7 +1,7 @@
 """The perturbed pass reads each prompt once (`prompt_cache`): for every family, the signals and the mask equal the
 whole-sequence pass's on batches of several prompts (0, 1 or 2 images, prompts of different lengths, left padding,
-completions of different lengths), within 1e-10 in float64; rows are grouped by prompt and images, nothing else; models with
-linear attention and sharded weights keep the whole-sequence pass."""
+completions of different lengths), within 1e-10 in float64; rows are grouped by prompt and images, nothing else;
+models with linear attention, completions holding an image and sharded weights keep the whole-sequence pass."""
 
 import copy
 

@@ -231,9 +231,9 @@ def main(argv=None) -> dict:
             step_ratios.append(this_round["vepo"] / this_round["entropy_top20"])
         ratio = spread(step_ratios)
         medians = {name: statistics.median(values) for name, values in steps.items()}
-        print(f"RL step at {generations} generations (rollout + compute_loss + backward): VEPO {medians['vepo']:.2f} s, "
-              f"top-20% entropy {medians['entropy_top20']:.2f} s; VEPO / entropy median {ratio['median']:.3f} "
-              f"(spread {ratio['min']:.3f}-{ratio['max']:.3f})")  # fmt: skip
+        print(f"RL step at {generations} generations (rollout + compute_loss + backward): "
+              f"VEPO {medians['vepo']:.2f} s, top-20% entropy {medians['entropy_top20']:.2f} s; "
+              f"VEPO / entropy median {ratio['median']:.3f} (spread {ratio['min']:.3f}-{ratio['max']:.3f})")  # fmt: skip
         figures["vepo_over_entropy"] = ratio["median"]
         figures["vepo_over_entropy_spread"] = [ratio["min"], ratio["max"]]
         figures["step_seconds"] = medians

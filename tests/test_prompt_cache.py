@@ -287,7 +287,8 @@ def test_chunks_keep_a_prompts_completions_together_within_the_budget():
 
     prompts = torch.tensor([[1, 2, 3, 4, 5, 6]] * 3 + [[1, 2, 3, 4, 5, 7]] * 3)
     inputs = {"prompt_ids": prompts, "prompt_mask": torch.ones_like(prompts),
-              "completion_ids": torch.arange(12).view(6, 2), "completion_mask": torch.ones(6, 2, dtype=torch.long)}  # fmt: skip
+              "completion_ids": torch.arange(12).view(6, 2),
+              "completion_mask": torch.ones(6, 2, dtype=torch.long)}  # fmt: skip
     passes = object.__new__(PerturbedPass)
     index = torch.arange(6)
     passes.share_prompts = False

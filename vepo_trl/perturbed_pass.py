@@ -23,10 +23,10 @@ from .prompt_cache import (
     completions_hold_images,
     prompt_groups,
     shared_prompt_hidden,
-    vision_token_ids,
 )
 from .scoring import TokenSignals, scatter_to_rows, token_signals
 from .sharding import dummy_image, full_lm_head, weights_are_sharded
+from .utils import media_token_ids
 
 
 logger = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class PerturbedPass:
         config = getattr(self.base_model(host.model), "config", None)
         self.share_prompts = not weights_are_sharded(host) and (config is None or cache_blocker(config) is None)
         # A completion holding these (a tool's image) keeps the whole-sequence pass
-        self.image_token_ids = vision_token_ids(config, getattr(host, "processing_class", None))
+        self.image_token_ids = media_token_ids(config) if config is not None else []
 
     # -- model parts ---------------------------------------------------------------------------------------------
 
@@ -189,7 +189,7 @@ class PerturbedPass:
         pieces = []
         for start in range(0, rows, max_rows):
             part = torch.arange(start, min(start + max_rows, rows), device=input_ids.device)
-            part_inputs = multimodal if part.numel() == rows else take_rows(multimodal, part)
+            part_inputs = take_rows(multimodal, part)  # every row in order: the tensors themselves
             model_inputs = {key: part_inputs[key] for key in MODEL_INPUT_KEYS if part_inputs.get(key) is not None}
             model_inputs["pixel_values"] = self.perturb(part_inputs)
             with self.capture(model) as captured, scoring_mode(model), self.host.accelerator.autocast():
@@ -270,9 +270,9 @@ class PerturbedPass:
         self, inputs: dict[str, Any], signals: TokenSignals, rows: torch.Tensor, clean_of_row, batch_size: int, wanted
     ) -> TokenSignals:
         """Score the responses `rows` `(B,)` in chunks (`chunks`: of `batch_size` rows, a prompt's consecutive rows
-        kept together when prompts are shared), `clean_of_row(i)` giving response i's clean token states `(n_valid, d)`; every process runs as
-        many chunks as the process with the most. Writes the signals into `signals` (`(B, T)` fields) for those
-        responses."""
+        kept together when prompts are shared), `clean_of_row(i)` giving response i's clean token states
+        `(n_valid, d)`; every process runs as many chunks as the process with the most. Writes the signals into
+        `signals` (`(B, T)` fields) for those responses."""
         index = rows.nonzero().squeeze(-1)
         chunked = self.chunks(inputs, index, batch_size)
         # The same number of scoring passes on every process, whatever each one's share of images and advantages

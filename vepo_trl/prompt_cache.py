@@ -23,7 +23,8 @@ from .batch import MODEL_INPUT_KEYS, ROW_KEYS, row_pieces, take_rows
 
 def prompt_groups(input_ids, attention_mask, length: int, inputs: dict[str, Any]) -> list[list[int]]:
     """Rows `(n, P + T)` (`length` = T completion tokens) grouped by prompt, in row order: equal prompt tokens and
-    prompt mask, equal per-token inputs over the prompt, equal image inputs (each row's `batch.row_pieces`). Every row is its own group unless every prompt mask is left padding (one unbroken run of tokens)."""
+    prompt mask, equal per-token inputs over the prompt, equal image inputs (each row's `batch.row_pieces`). Every row
+    is its own group unless every prompt mask is left padding (one unbroken run of tokens)."""
     prompt_length = input_ids.size(1) - length
     mask = attention_mask[:, :prompt_length].bool()
     if not bool((mask.flip(1).cumprod(1).sum(1) == mask.sum(1)).all()):
@@ -62,22 +63,6 @@ def _same_inputs(a: dict[str, Any], b: dict[str, Any]) -> bool:
         elif value != other:
             return False
     return True
-
-
-# Where a config or processor names its image and video placeholder tokens
-_VISION_TOKEN_ATTRIBUTES = ("image_token_id", "image_token_index", "video_token_id", "video_token_index")
-
-
-def vision_token_ids(*sources) -> list[int]:
-    """The image and video placeholder ids a model's config (and its text config) or processor declares."""
-    ids = set()
-    for source in sources:
-        for part in (source, getattr(source, "text_config", None)):
-            for attribute in _VISION_TOKEN_ATTRIBUTES:
-                value = getattr(part, attribute, None)
-                if isinstance(value, int) and value >= 0:
-                    ids.add(value)
-    return sorted(ids)
 
 
 def completions_hold_images(input_ids, length: int, inputs: dict[str, Any], image_token_ids: list[int]) -> bool:
@@ -140,9 +125,9 @@ def shared_prompt_hidden(
     read); `leaders` each group's first row's image inputs in group order (`take_rows` layout), as the forward
     should see them (perturbed). Per group: a forward over the prompt that keeps the cache (its last position predicts
     completion token 0), then, `max_rows` rows at a time, the cache repeated for those rows and a forward over their
-    completions but the last token (each position predicts the next). A model with positions from the mask gets the prompt without its padding
-    and no mask (the same positions); any other gets the padded prompt and the full mask (the same `arange` positions
-    as the whole forward). One group's cache, and one slice's copy, are held at a time."""
+    completions but the last token (each position predicts the next). A model with positions from the mask gets the
+    prompt without its padding and no mask (the same positions); any other gets the padded prompt and the full mask
+    (the same `arange` positions as the whole forward). One group's cache, and one slice's copy, are held at a time."""
     prompt_length = input_ids.size(1) - length
     strip = positions_from_mask(base_model)
     cache_key = cache_argument(base_model)

@@ -20,6 +20,15 @@ def stable_seed(*parts) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1
 
 
+def media_token_ids(config) -> list[int]:
+    """The image and video placeholder ids a model's config declares (`image_token_id`, `video_token_id`; LLaVA's
+    `image_token_index` is the same attribute by transformers' alias). Generation suppresses them (a sampled
+    placeholder would match no features: trained models never emit one, tiny ones can); a completion holding one
+    carries an image."""
+    ids = [getattr(config, name, None) for name in ("image_token_id", "video_token_id")]
+    return [i for i in ids if i is not None]
+
+
 @contextlib.contextmanager
 def instance_override(obj, name: str, replacement) -> Iterator[None]:
     """While the block runs, `obj.<name>` is `replacement` (an instance attribute over the class's method); after it,

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from ..utils import media_token_ids
+
 
 logger = logging.getLogger(__name__)
 
@@ -56,12 +58,6 @@ def load_model_and_processor(model_id: str, adapter: str | None = None, *, dtype
     return model, processor
 
 
-def _media_token_ids(model) -> list[int] | None:
-    # A sampled image or video placeholder would not match any features; trained models never emit them, tiny ones can
-    ids = [getattr(model.config, name, None) for name in ("image_token_id", "video_token_id")]
-    return [i for i in ids if i is not None] or None
-
-
 class TransformersGenerator:
     """Batched greedy `model.generate` with left padding."""
 
@@ -93,7 +89,7 @@ class TransformersGenerator:
                 temperature=None,
                 top_p=None,
                 top_k=None,
-                suppress_tokens=_media_token_ids(self.model),
+                suppress_tokens=media_token_ids(self.model.config) or None,
             )
             completions += self.processor.batch_decode(
                 output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True

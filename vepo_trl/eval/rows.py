@@ -16,6 +16,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 from trl.data_utils import prepare_multimodal_messages
 
 from ..rewards import get_reward_funcs
+from ..utils import media_token_ids
 
 
 @dataclass
@@ -45,12 +46,6 @@ def _prompt_parts(row: dict) -> tuple[list[dict], list]:
     return prepare_multimodal_messages(messages, images=images) if images else messages, images
 
 
-def _media_token_ids(model) -> list[int] | None:
-    # A sampled image or video placeholder would not match any features; trained models never emit them, tiny ones can
-    ids = [getattr(model.config, name, None) for name in ("image_token_id", "video_token_id")]
-    return [i for i in ids if i is not None] or None
-
-
 @torch.no_grad()
 def generate_completions(
     model, processor, rows: Sequence[dict], *, max_new_tokens: int = 2048, batch_size: int = 8
@@ -68,7 +63,10 @@ def generate_completions(
         kwargs = {"images": images} if any(images) else {}
         inputs = processor(text=texts, padding=True, return_tensors="pt", **kwargs).to(model.device)
         output = model.generate(
-            **inputs, max_new_tokens=max_new_tokens, do_sample=False, suppress_tokens=_media_token_ids(model)
+            **inputs,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            suppress_tokens=media_token_ids(model.config) or None,
         )
         completions += processor.batch_decode(output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
     return completions

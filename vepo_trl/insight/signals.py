@@ -28,6 +28,7 @@ from ..scoring import (
     select_tokens,
     token_signals,
 )
+from ..utils import media_token_ids
 
 
 __all__ = [
@@ -181,11 +182,6 @@ def encode_prompt(
     }
 
 
-def _media_token_ids(model) -> list[int] | None:
-    ids = [getattr(model.config, name, None) for name in ("image_token_id", "video_token_id")]
-    return [i for i in ids if i is not None] or None
-
-
 def _eos_ids(model, processor) -> set[int]:
     eos = getattr(model.generation_config, "eos_token_id", None)
     eos = [eos] if isinstance(eos, int) else list(eos or [])
@@ -230,7 +226,7 @@ def sample_completions(
             top_p=1.0,
             top_k=0,
             num_return_sequences=num,
-            suppress_tokens=_media_token_ids(model),
+            suppress_tokens=media_token_ids(model.config) or None,
         )
     tokenizer = getattr(processor, "tokenizer", processor)
     eos = _eos_ids(model, processor)

@@ -261,6 +261,9 @@ def test_accelerate_launch_two_cpu_processes(tmp_path):
     # Two ranks of 2 prompts each: 4 of the 16 prompts per step
     assert [entry["epoch"] for entry in logs] == [0.25, 0.5, 0.75]
     assert (output / "model.safetensors").exists() and (output / "README.md").exists()
+    # One run, one set of outputs: the launched script writes what `vepo-trl train` writes
+    assert (output / "summary.md").is_file() and (output / "metrics.jsonl").is_file()
+    assert "Traceback" not in result.stderr
 
 
 def test_model_card_states_the_method_that_ran(tmp_path):

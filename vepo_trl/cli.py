@@ -239,6 +239,10 @@ def _run(command: str, args) -> object:
         return None
     if trainer.accelerator.is_main_process:
         print(write_run_report(trainer, time.perf_counter() - start, command))
+    # Every process leaves together, its process group ended: a rank that exits while another still writes kills
+    # gloo's threads mid-flight ("terminate called without an active exception", SIGABRT, exit 1 after a whole run)
+    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.end_training()
     return trainer
 
 

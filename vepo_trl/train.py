@@ -627,4 +627,7 @@ def make_parser() -> TrlParser:
 
 
 if __name__ == "__main__":
-    main(*make_parser().parse_args_and_config())
+    # `accelerate launch vepo_trl/train.py ...` is `vepo-trl train ...`: the same checks, outputs and exit
+    from vepo_trl.cli import main as cli_main
+
+    cli_main(["train", *sys.argv[1:]])

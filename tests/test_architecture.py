@@ -17,14 +17,28 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """module -> the package's modules it imports (relative or absolute, at any depth of the file)."""
+def _is_script_entry(node: ast.stmt) -> bool:
+    """`if __name__ == "__main__":`, a module's entry when run as a script (checked on its own below)."""
+    return (
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.Compare)
+        and isinstance(node.test.left, ast.Name)
+        and node.test.left.id == "__name__"
+    )
+
+
+def import_graph(*, script_entries: bool = False) -> dict[str, set[str]]:
+    """module -> the package's modules it imports (relative or absolute, at any depth of the file). A module's
+    script entry (`if __name__ == "__main__":`) is the command line's, on top of every layer: it is left out, or
+    (`script_entries`) it is all that is read."""
     modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
         edges = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        tree.body = [node for node in tree.body if _is_script_entry(node) == script_entries]
+        for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
                 if node.level:
                     base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
@@ -53,6 +67,14 @@ def documented_layers() -> dict[str, int]:
             assert module not in layers, f"{module} is listed twice in docs/ARCHITECTURE.md"
             layers[module] = int(match.group(1))
     return layers
+
+
+def test_a_module_run_as_a_script_goes_through_the_command_line():
+    """`accelerate launch vepo_trl/train.py` or `python -m vepo_trl.eval.run` is the same command as `vepo-trl train` /
+    `vepo-trl eval`: its script entry calls the CLI's one door (its checks, outputs, error lines), nothing else."""
+    entries = {name: edges for name, edges in import_graph(script_entries=True).items() if edges}
+    assert set(entries) >= {"vepo_trl.train", "vepo_trl.eval.run"}
+    assert all(edges == {"vepo_trl.cli"} for name, edges in entries.items() if name != "vepo_trl.cli"), entries
 
 
 def test_every_module_is_in_the_documented_layers():

@@ -224,7 +224,7 @@ def test_type_rules_are_checked_early_once_a_parse_saved_them(tmp_path):
         (["eval", "--model", "tiny-qwen2.5-vl", "--benchmarks", "synthetic", "--dtype", "float64x"], "invalid choice"),
         (["analyze", "--model", "tiny-qwen2.5-vl", "--dataset", "synthetic", "--output_dir", "AFILE"], "a file"),
         (["inspect", "--model", "tiny-qwen2.5-vl", "--dataset", "synthetic", "--output", "AFILE/p.html"], "a file"),
-        (["plot", "RUN", "--dpi", "100000"], "--dpi must be in 20..1200"),
+        (["plot", "RUN", "--dpi", "100000"], "--dpi 100000: must be a whole number of dots per inch in 20..1200"),
         (["plot", "RUN", "--output_dir", "AFILE"], "a file"),
     ],
 )

@@ -107,7 +107,7 @@ def test_all_seven_then_resume_then_refuse(tiny_model_dir, data_dir, tmp_path, m
     # Another protocol into the same folder is refused, before any model loads
     monkeypatch.setattr(generate_module, "load_model_and_processor", lambda *a, **k: pytest.fail("model loaded"))
     with pytest.raises(SystemExit) as error:
-        cli_main([*args, "--max_new_tokens", "16"])
+        cli_main(overridden(args, "--max_new_tokens", "16"))
     err = capsys.readouterr().err.strip()
     assert error.value.code == 2 and "\n" not in err
     # The refusal names the setting that differs, and nothing that does not
@@ -117,20 +117,31 @@ def test_all_seven_then_resume_then_refuse(tiny_model_dir, data_dir, tmp_path, m
     assert 'generation.dtype: "auto" -> "float32"' in capsys.readouterr().err
 
 
+def overridden(argv: list[str], *options: str) -> list[str]:
+    """`argv` with `options` (flag value pairs) replacing the same flags' values, or added (a flag is given once)."""
+    argv = list(argv)
+    for flag, value in zip(options[::2], options[1::2]):
+        if flag in argv:
+            argv[argv.index(flag) + 1] = value
+        else:
+            argv += [flag, value]
+    return argv
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["--benchmarks", "mathvista,foo"], "Unknown benchmark 'foo'. Valid names are: geometry3k"),
         (["--model", "no/such/model-folder"], "--model no/such/model-folder: no such folder"),
         (["--model", "vepo-demo"], "Run `vepo-trl demo` first."),
-        (["--data_dir", "NODIR"], "--data_dir NODIR: no such folder."),
+        (["--data_dir", "NODIR"], "--data_dir NODIR: no such folder; must be a folder of benchmark copies"),
         (
             ["--data_dir", "EMPTY"],
             "mathverse: AI4Math/MathVerse is not in the local Hugging Face cache and the Hub is offline "
             "(HF_HUB_OFFLINE); --data_dir EMPTY has no mathverse/ folder",
         ),
-        (["--limit", "0"], "--limit must be at least 1"),
-        (["--tensor_parallel_size", "0"], "--tensor_parallel_size must be at least 1"),
+        (["--limit", "0"], "--limit 0: must be a whole number >= 1"),
+        (["--tensor_parallel_size", "0"], "--tensor_parallel_size 0: must be a whole number of GPUs >= 1"),
         (["--rescore", "EMPTY"], "--rescore grades stored completions: pass no --model."),
         (
             ["--data_dir", "STANDINS", "--judge_api_key_env", "NO_SUCH_KEY_VAR"],
@@ -151,7 +162,7 @@ def test_usage_errors_are_one_line_before_the_model(
     (tmp_path / "EMPTY").mkdir()
     argv = [data_dir if arg == "STANDINS" else arg for arg in argv]
     with pytest.raises(SystemExit) as error:
-        cli_main(["eval", "--model", tiny_model_dir, "--benchmarks", "mathverse", *argv])
+        cli_main(overridden(["eval", "--model", tiny_model_dir, "--benchmarks", "mathverse"], *argv))
     err = capsys.readouterr().err.strip()
     assert error.value.code == 2 and err.startswith("vepo-trl eval: error: ") and "\n" not in err
     assert message in err
@@ -262,16 +273,16 @@ def test_limit_run_is_partial_everywhere(tiny_model_dir, data_dir, tmp_path, cap
 
 
 def test_tensor_parallel_default_divides_the_heads():
-    from vepo_trl.eval.run import EvalUsageError, tensor_parallel_size
+    from vepo_trl.eval.run import UsageError, tensor_parallel_size
 
     # Qwen2.5-VL-7B: 28 attention heads, 4 KV heads, 16 vision heads; 3B: 16, 2, 16
     assert tensor_parallel_size(None, [28, 16], 4, 8) == 4
     assert tensor_parallel_size(None, [16, 16], 2, 8) == 8
     assert tensor_parallel_size(None, [28, 16], 4, 0) == 1
     assert tensor_parallel_size(2, [28, 16], 4, 8) == 2
-    with pytest.raises(EvalUsageError, match="does not divide the model's attention heads"):
+    with pytest.raises(UsageError, match="does not divide the model's attention heads"):
         tensor_parallel_size(7, [28, 16], 4, 8)
-    with pytest.raises(EvalUsageError, match="8 GPU"):
+    with pytest.raises(UsageError, match="8 GPU"):
         tensor_parallel_size(16, [16, 16], 2, 8)
 
 

@@ -275,14 +275,14 @@ def test_trainer_with_an_uncached_hub_id_offline_fails_fast(tmp_path, monkeypatc
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--seeds", ""], "give at least one seed"),
+        (["--seeds", ""], "--seeds is empty"),
         (["--seeds", "0,0"], "repeats [0]"),
         (["--seeds", "a,b"], "seeds are whole numbers"),
-        (["--steps", "0"], "--steps must be at least 1"),
-        (["--jobs", "0"], "--jobs must be at least 1"),
-        (["--eval_rows", "-3"], "--eval_rows must be at least 1"),
-        (["--max_minutes", "0"], "--max_minutes must be above 0"),
-        (["--learning_rate", "-1"], "--learning_rate must be above 0"),
+        (["--steps", "0"], "--steps 0: must be a whole number of steps >= 1"),
+        (["--jobs", "0"], "--jobs 0: must be a whole number >= 1"),
+        (["--eval_rows", "-3"], "--eval_rows -3: must be a whole number >= 1"),
+        (["--max_minutes", "0"], "--max_minutes 0.0: must be above 0 minutes"),
+        (["--learning_rate", "-1"], "--learning_rate -1.0: must be above 0"),
         (["--strategies", "nope"], "unknown strategy 'nope'"),
         (["--strategies", "vepo:1.5"], "k must be in (0, 1]"),
         (["--strategies", "vepo:x"], "k after the colon is a fraction"),
@@ -306,7 +306,11 @@ def test_lab_values_are_one_line(argv, message, monkeypatch, capsys):
     assert_one_error_line(code, err, "lab", message)
 
 
-def test_ctrl_c_is_one_line_saying_what_was_saved(tmp_path):
+@pytest.mark.parametrize(
+    ("stop", "status", "word"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")]
+)
+def test_ctrl_c_is_one_line_saying_what_was_saved(tmp_path, stop, status, word):
+    """Ctrl-C, and SIGTERM as a scheduler's preemption sends it (it ended at once, no line, the lock left behind)."""
     output = tmp_path / "run"
     command = [sys.executable, "-m", "vepo_trl", "train", "--config", str(TINY_RECIPE), "--output_dir", str(output),
                "--max_steps", "500", "--save_strategy", "steps", "--save_steps", "1", "--disable_tqdm", "true",
@@ -316,12 +320,14 @@ def test_ctrl_c_is_one_line_saying_what_was_saved(tmp_path):
     deadline = time.monotonic() + 240
     while not list(output.glob("checkpoint-*")) and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.5)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(stop)
     out, err = process.communicate(timeout=120)
-    assert process.returncode == 130, err[-3000:]
+    assert process.returncode == status, err[-3000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
-    [line] = [line for line in err.splitlines() if "interrupted" in line]
-    assert line.startswith("vepo-trl train: interrupted: ") and "/checkpoint-" in line and "resume" in line
+    [line] = [line for line in err.splitlines() if word in line]
+    assert line.startswith(f"vepo-trl train: {word}: ") and "/checkpoint-" in line and "resume" in line
+    # The folder is not held: its lock is gone (selection_samples.jsonl.partial stays, whole lines, for the resume)
+    assert not list(output.glob("*.lock"))
 
 
 # ---------------------------------------------------------------------------------------------------------------------

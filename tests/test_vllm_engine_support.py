@@ -119,13 +119,13 @@ def test_the_trainer_refuses_before_the_model_loads(fake_vllm, tmp_path, monkeyp
 
 @pytest.mark.parametrize("requested", ["vllm", "auto"])
 def test_eval_refuses_the_engine_or_falls_back_to_transformers(fake_vllm, tmp_path, requested):
-    from vepo_trl.eval.run import EvalUsageError, _engine_or_fallback
+    from vepo_trl.eval.run import UsageError, _engine_or_fallback
 
     model_dir = tmp_path / "llava"
     tiny_config("llava").save_pretrained(model_dir)
     args = types.SimpleNamespace(backend=requested)
     if requested == "vllm":
-        with pytest.raises(EvalUsageError, match=r"^--backend vllm: vLLM 0\.30\.0 .* Pass --backend transformers\.$"):
+        with pytest.raises(UsageError, match=r"^--backend vllm: vLLM 0\.30\.0 .* Pass --backend transformers\.$"):
             _engine_or_fallback(args, "vllm", str(model_dir))
     else:
         assert _engine_or_fallback(args, "vllm", str(model_dir)) == "transformers"

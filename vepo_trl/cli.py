@@ -166,6 +166,25 @@ def _parse(command: str, argv: list[str]):
     if "--help-all" in argv:
         parser.print_help()
         sys.exit(0)
+    if recipe:
+        # Every key's YAML type against its field's declared type (a list, a mapping, null, a date, for any key)
+        from trl import ModelConfig
+
+        from .config import VEPOConfig
+        from .train import VEPOScriptArguments
+        from .validation import _annotations, recipe_values
+
+        declared = {
+            k: v for cls in (VEPOScriptArguments, VEPOConfig, ModelConfig) for k, v in _annotations(cls).items()
+        }
+        try:
+            checked = recipe_values(recipe, declared)
+        except ValueError as error:
+            _fail(command, str(error))
+        if checked != recipe:
+            recipe = checked
+            index = argv.index("--config")
+            argv = [*argv[:index], "--config", _recipe_copy(recipe), *argv[index + 2 :]]
     options = {action.dest for action in parser._actions}
     unknown = [key for key in recipe or {} if key not in options and key != "env"]
     if unknown:
@@ -233,7 +252,8 @@ def _run(command: str, args) -> object:
     try:
         # An earlier run's report in output_dir stays until this run writes its own (plan_run says so in a line)
         trainer = main(script_args, training_args, model_args, quiet=True)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        _STOP.append(stop)
         _interrupted(command, training_args)
     if trainer is None:  # the folder's run had already finished: its line is printed, nothing was written
         return None
@@ -261,8 +281,40 @@ def _interrupted(command: str, training_args) -> None:
             f"run left in {output_dir} is unchanged; rerun to start again (--save_strategy steps --save_steps N saves "
             "checkpoints to resume from)"
         )
-    print(f"\nvepo-trl {command}: interrupted: {saved}.", file=sys.stderr)
-    sys.exit(130)
+    print(f"\nvepo-trl {command}: {_stopped_by()}: {saved}.", file=sys.stderr)
+    sys.exit(_exit_status())
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's preemption, `kill`): raised where the run is, so it unwinds as Ctrl-C does (locks
+    released, partial files removed, one line naming what was saved), with exit status 143 (128 + 15)."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
+
+
+_STOP: list[BaseException] = []
+
+
+def _stopped_by() -> str:
+    return "terminated (SIGTERM)" if _STOP and isinstance(_STOP[-1], Terminated) else "interrupted"
+
+
+def _exit_status() -> int:
+    return 143 if _STOP and isinstance(_STOP[-1], Terminated) else 130
+
+
+def _safe_console() -> None:
+    """Whatever a command prints, the console's encoding takes it (a character it lacks is escaped, `\\xfc`): a run
+    that finished its work never ends in exit 1 because a folder name or a model's text cannot be printed."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a closed or detached stream
+                pass
 
 
 def _train(argv: list[str]):
@@ -308,7 +360,7 @@ def _evaluate(argv: list[str]) -> None:
 
 
 def _strategies(argv: list[str]) -> None:
-    from .errors import OneLineParser
+    from .options import OneLineParser
 
     OneLineParser(
         prog="vepo-trl strategies", description="List the selection strategies and perturbations."
@@ -379,6 +431,12 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(2)
         return
     command = argv[0]
+    _safe_console()
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         _check_cache()
         COMMANDS[command](argv[1:])
@@ -387,11 +445,13 @@ def main(argv: list[str] | None = None) -> None:
     except RunFault as error:  # the machine failed the run (a full disk while saving): one line, exit status 1
         print(f"vepo-trl {'eval' if command == 'evaluate' else command}: error: {one_line(error)}", file=sys.stderr)
         sys.exit(1)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        _STOP.append(stop)
         print(
-            f"\nvepo-trl {command}: interrupted: {_INTERRUPTED.get(command, 'nothing was written')}.", file=sys.stderr
+            f"\nvepo-trl {command}: {_stopped_by()}: {_INTERRUPTED.get(command, 'nothing was written')}.",
+            file=sys.stderr,
         )
-        sys.exit(130)
+        sys.exit(_exit_status())
 
 
 def _check_cache() -> None:

@@ -7,7 +7,6 @@ with status 2 (argparse's convention); from Python it is a `ValueError` with the
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import NoReturn
 
@@ -30,13 +29,6 @@ def fail(prog: str, message: object) -> NoReturn:
     """Print `<prog>: error: <message>` as one line on stderr and exit with status 2."""
     print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
     sys.exit(2)
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse with its errors on one line (no usage block) and exit code 2, as every vepo-trl command reports."""
-
-    def error(self, message: str) -> NoReturn:
-        fail(self.prog, message)
 
 
 def check_output_folder(flag: str, folder) -> None:
@@ -63,5 +55,22 @@ def check_output_folder(flag: str, folder) -> None:
         existing = existing.parent
     if not existing.is_dir():
         raise UsageError(f"{flag} {folder}: {existing} is a file, so no folder can be made under it.")
+    # Names still to be made: the kernel says ENOENT before ENAMETOOLONG when a parent is missing, so a name
+    # longer than the file system takes is only found at the first write (after the model loaded)
+    try:
+        longest = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        longest = 255
+    to_make = path.absolute().relative_to(existing.absolute()).parts if path != existing else ()
+    too_long = [part for part in to_make if len(os.fsencode(part)) > longest]
+    if too_long:
+        raise UsageError(
+            f"{flag} {folder}: not a usable folder name (a name of {len(os.fsencode(too_long[0]))} bytes, and the "
+            f"file system takes {longest})."
+        )
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {folder}: {existing} is not writable; choose a folder you can write to.")
+    import shutil
+
+    if shutil.disk_usage(existing).free == 0:
+        raise UsageError(f"{flag} {folder}: the disk holding {existing} is full (0 bytes free).")

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
+from .errors import UsageError, check_output_folder
 
 
 RUN_FILE = "vepo_run.json"
@@ -234,7 +234,9 @@ def folder_owner(folder: str | Path) -> str | None:
 
 def check_folder_owner(flag: str, folder: str | Path, command: str) -> None:
     """Refuse (one line) an output folder that holds another command's results: this command's files would replace
-    or mix with them."""
+    or mix with them; before that, the folder's own state (`errors.check_output_folder`: a file, a dangling link, too
+    long a name, unwritable, a full disk)."""
+    check_output_folder(flag, folder)
     owner = folder_owner(folder)
     if owner is not None and owner != command:
         default = " (the default is eval-<model folder name>)" if command == "eval" else ""

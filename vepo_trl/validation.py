@@ -208,6 +208,164 @@ RANGES: dict[str, Rule] = {
 }
 
 
+# The options of the commands with their own parsers (`eval`, `inspect`, `analyze`, `plot`, `lab`), in the same
+# table: a name `RANGES` holds means the same thing here ("temperature", "noise_step", "min_pixels", ...), and
+# "<command> <option>" overrides a name whose meaning differs by command. Beyond the number kinds: "text" (any
+# non-empty text), "url", "out_folder" (a folder the command writes: `errors.check_output_folder`), "out_file" (a file
+# it writes: its folder is checked the same way), "in_file", "in_folder", "in_path" (file or folder; read later by
+# `errors.read_input`), "model" (a model folder or a Hub id, checked by the command with its files). Every option of
+# every command has a rule here or in `RANGES` (tests/test_command_options.py enumerates them).
+_TEXT = Rule("text", "non-empty text", optional=True)
+_MODEL = Rule("model", "a model folder or a Hub id (owner/name)", optional=True)
+_SEED = _whole(_between(0, 2**32 - 1), "a whole number in 0..2**32-1")
+OPTION_RULES: dict[str, Rule] = {
+    # eval
+    "model": _MODEL,
+    "adapter": Rule("in_folder", "a LoRA adapter folder that exists", optional=True),
+    "base_model": _MODEL,
+    "dtype": _names("auto", "bfloat16", "float16", "float32"),
+    "benchmarks": _TEXT,
+    "data_dir": Rule("in_folder", "a folder of benchmark copies, one sub-folder per benchmark", optional=True),
+    "limit": _whole(_at_least(1), "a whole number >= 1, or unset for every row", True),
+    "max_new_tokens": _whole(_at_least(1), "a whole number of tokens >= 1"),
+    "backend": _names("auto", "vllm", "transformers"),
+    "batch_size": _whole(_at_least(1), "a whole number >= 1", True),
+    "max_model_len": _whole(_at_least(1), "a whole number of tokens >= 1, or unset", True),
+    "tensor_parallel_size": _whole(_at_least(1), "a whole number of GPUs >= 1, or unset", True),
+    "gpu_memory_utilization": _number(_between(0, 1, low_open=True), "in (0, 1], or unset (vLLM's 0.9)", True),
+    "protocol": Rule("choice", "a grading protocol", choices=lambda: ("paper", "lenient", "rule")),
+    "rescore": Rule("in_folder", "an eval results folder that exists", optional=True),
+    "judge_model": _TEXT,
+    "judge_base_url": Rule("url", "an http:// or https:// address", optional=True),
+    "judge_api_key_env": _TEXT,
+    "judge_timeout": _number(_above(0), "above 0 seconds"),
+    "judge_max_retries": _whole(_at_least(0), "a whole number >= 0 (0: no retries)"),
+    "judge_workers": _whole(_at_least(1), "a whole number >= 1 (concurrent judge requests)"),
+    "output_dir": Rule("out_folder", "a folder that can be written", optional=True),
+    "paper_model": _names("Qwen2.5-VL-3B-Instruct", "Qwen2.5-VL-7B-Instruct"),
+    "no_model_card": Rule("bool", "a flag"),
+    "push_to_hub": Rule("bool", "a flag"),
+    "hub_model_id": _TEXT,
+    "hub_token": _TEXT,
+    # inspect and analyze
+    "image": Rule("in_file", "an image file that exists", optional=True),
+    "question": _TEXT,
+    "answer": _TEXT,
+    "dataset": _TEXT,
+    "split": _TEXT,
+    "index": _whole(_at_least(0), "a whole row number >= 0", True),
+    "records": Rule("in_file", "a selection-records file (JSON Lines) that exists", optional=True),
+    "response": _TEXT,
+    "device": _TEXT,
+    "config": Rule("in_file", "a recipe file (YAML) that exists", optional=True),
+    "strategy": dataclasses.replace(RANGES["selection_strategy"], optional=True),
+    "k": dataclasses.replace(RANGES["selection_ratio"], optional=True),
+    "alpha": dataclasses.replace(RANGES["selection_alpha"], optional=True),
+    "perturbation": dataclasses.replace(RANGES["perturbation"], optional=True),
+    "step": _whole(_at_least(0), "a whole training step >= 0"),
+    "num_generations": _whole(_at_least(1), "a whole number >= 1"),
+    "greedy": Rule("bool", "a flag"),
+    "sample_seed": _SEED,
+    "reward_funcs": _TEXT,
+    "ratios": Rule("numbers", "fractions in (0, 1]", lambda v: 0 < v <= 1),
+    "output": Rule("out_file", "a file that can be written", optional=True),
+    "save_records": Rule("out_file", "a file that can be written", optional=True),
+    "title": _TEXT,
+    "analyze output_dir": Rule("out_folder", "a folder that can be written"),
+    # plot
+    "runs": Rule("in_path", "run folders or log files that exist"),
+    "labels": _TEXT,
+    # 100,000 dpi asks matplotlib for a canvas of terabytes
+    "dpi": _whole(_between(20, 1200), "a whole number of dots per inch in 20..1200"),
+    # lab
+    "task": _TEXT,
+    "strategies": _TEXT,
+    "seeds": _TEXT,
+    "learning_rates": _TEXT,
+    "sweep": _TEXT,
+    "quick": Rule("bool", "a flag"),
+    "steps": _whole(_at_least(1), "a whole number of steps >= 1", True),
+    "max_minutes": _number(_above(0), "above 0 minutes, or unset", True),
+    "lab learning_rate": _number(
+        _above(0), "above 0 (a lab run that learns nothing compares nothing), or unset", True
+    ),
+    "eval_rows": _whole(_at_least(1), "a whole number >= 1, or unset", True),
+    "build_warm_start": Rule("bool", "a flag"),
+    "lab output_dir": Rule("out_folder", "a folder that can be written"),
+    "jobs": _whole(_at_least(1), "a whole number >= 1 (runs at once)"),
+    "overwrite_output_dir": Rule("bool", "a flag"),
+}
+
+
+def option_rule(command: str, name: str) -> Rule | None:
+    """The rule of `--name` of `vepo-trl command`: the command's own entry, the shared one, then `RANGES`."""
+    return OPTION_RULES.get(f"{command} {name}") or OPTION_RULES.get(name) or RANGES.get(name)
+
+
+def _check_path(flag: str, value, rule: Rule) -> None:
+    from pathlib import Path
+
+    from .errors import UsageError, check_output_folder
+
+    if rule.kind == "out_folder":
+        check_output_folder(flag, value)
+        return
+    if rule.kind == "out_file":
+        path = Path(value).expanduser()
+        if path.is_dir():
+            raise UsageError(f"{flag} {value}: a folder of that name exists; give a file name.")
+        check_output_folder(flag, path.parent if str(path.parent) else ".")
+        return
+    path = Path(value).expanduser()
+    try:
+        exists, is_dir = path.exists(), path.is_dir()
+    except OSError as error:
+        raise UsageError(f"{flag} {value}: not a usable path ({error.strerror}).") from None
+    if not exists:
+        what = {"in_folder": "folder", "in_file": "file"}.get(rule.kind, "file or folder")
+        raise UsageError(f"{flag} {value}: no such {what}; must be {rule.valid}.")
+    if rule.kind == "in_folder" and not is_dir:
+        raise UsageError(f"{flag} {value}: a file, not a folder; must be {rule.valid}.")
+    if rule.kind == "in_file" and is_dir:
+        raise UsageError(f"{flag} {value}: a folder, not a file; must be {rule.valid}.")
+
+
+def check_options(command: str, options: Mapping[str, object]) -> None:
+    """The parsed options of `vepo-trl command` against the table (`option_rule`), defaults included (a default
+    output folder is written like a given one), then the combinations among them. Raises `UsageError` (one line)
+    for the first option that breaks its rule."""
+    from .errors import UsageError
+
+    for name, value in options.items():
+        rule = option_rule(command, name)
+        if rule is None:
+            raise UsageError(f"--{name}: an option without a rule (a bug: add it to validation.OPTION_RULES).")
+        if value is None:
+            continue
+        flag = f"--{name}" if name != "runs" else "RUN_DIR"
+        values = value if isinstance(value, (list, tuple)) and rule.kind != "numbers" else [value]
+        for item in values:
+            if rule.kind in ("out_folder", "out_file", "in_file", "in_folder", "in_path"):
+                _check_path(flag, item, rule)
+            elif rule.kind in ("text", "model"):
+                if not str(item).strip():
+                    raise UsageError(f"{flag} is empty: must be {rule.valid}.")
+            elif rule.kind == "url":
+                if not str(item).startswith(("http://", "https://")):
+                    raise UsageError(f"{flag} {item!r}: must be {rule.valid}.")
+            elif rule.kind != "bool":
+                try:
+                    check_value(name, item, rule)
+                    if rule.kind == "numbers" and rule.test is not None and not all(rule.test(v) for v in item):
+                        _refuse(name, item, rule)
+                except ValueError as error:
+                    raise UsageError(str(error)) from None
+    try:
+        check_combinations({k: v for k, v in options.items() if v is not None}, early=True)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
 def _as_list(value) -> list:
     """A YAML scalar (`reward_funcs: accuracy`, `reward_weights: 1.0`) as the one-item list the run makes of it."""
     return list(value) if isinstance(value, (list, tuple)) else [value]
@@ -527,6 +685,53 @@ def precheck(argv: list[str], recipe: Mapping | None, rules: Mapping[str, Rule])
     converted = {name: value for name, value in converted.items() if value is not None}
     given = {name: value for name, value in given.items() if name not in rules or name in converted}
     check_values({**given, **converted}, rules, early=True)
+
+
+def recipe_values(recipe: Mapping, annotations: Mapping[str, object]) -> dict:
+    """A recipe's values of any YAML type against the fields' declared types, for every key: a list or a mapping
+    where one value goes, null where the field cannot be unset, a YAML date, are refused naming the key and the type
+    (TRL's parser would pass them on as they are, to fail deep in a run); a number or a date where text goes is
+    taken as its text (`run_name: 2024`). Returns the recipe as the run will read it. Numbers, booleans and choices
+    are the rules' (`precheck`)."""
+    import datetime
+
+    checked = {}
+    for key, value in recipe.items():
+        declared = str(annotations.get(key, ""))
+        if not declared:
+            checked[key] = value
+            continue
+        text_only = declared in ("str", "<class 'str'>", "str | None")
+        takes = {
+            list: "list" in declared,
+            dict: "dict" in declared or "Mapping" in declared,
+        }
+        if isinstance(value, (list, tuple)) and not takes[list]:
+            raise ValueError(
+                f"--config: {key}: a list ([{', '.join(map(str, value))}]), and {key} takes one value; give one (e.g. {key}: "
+                f"{value[0] if value else '...'})."
+            )
+        if isinstance(value, Mapping) and not takes[dict]:
+            raise ValueError(f"--config: {key}: a mapping, and {key} takes one value, not key: value pairs.")
+        if value is None and not _allows_none(declared) and "Literal" not in declared:
+            raise ValueError(
+                f"--config: {key}: null (unset), and {key} must have a value ({declared.replace('<class ', '').rstrip('>')}); remove the line to keep the default."
+            )
+        if isinstance(value, (datetime.date, datetime.datetime)):
+            if not text_only:
+                raise ValueError(
+                    f"--config: {key}: a YAML date ({value}), not a value of {key}; quote it if it is text."
+                )
+            value = value.isoformat()
+        elif text_only and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)
+        elif text_only and isinstance(value, bool):
+            raise ValueError(
+                f"--config: {key}: {str(value).lower()} (a YAML boolean: unquoted yes / no / on / off read as one), "
+                f"and {key} is text; quote it."
+            )
+        checked[key] = value
+    return checked
 
 
 # The type-derived rules for the command line's early check. Deriving them imports TRL and transformers (seconds), so

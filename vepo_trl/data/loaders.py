@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import glob
 import io
-import json
 import logging
 import math
 import os
@@ -37,6 +36,8 @@ import numpy as np
 from PIL import Image, ImageOps
 from qwen_vl_utils import smart_resize
 from qwen_vl_utils.vision_process import MAX_RATIO
+
+from ..files import read_data_files
 
 
 logger = logging.getLogger(__name__)
@@ -636,46 +637,6 @@ def _has_metadata_file(directory: Path) -> bool:
     return any((folder / name).is_file() for folder in candidates for name in _METADATA_FILES)
 
 
-def _file_problem(path: Path, builder: str) -> str | None:
-    """What is wrong with a local data file that `datasets` failed on or read as empty; None if nothing is found."""
-    if builder == "parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            rows = pq.read_metadata(path).num_rows
-        except Exception as err:  # pyarrow reports a broken file with several exception types
-            return f"not a readable parquet file ({type(err).__name__}: {err})"
-        return "the file has no rows" if rows == 0 else None
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if not text.strip():
-        return "the file is empty: no rows"
-    try:
-        whole = json.loads(text)
-    except json.JSONDecodeError:
-        whole = None
-    else:
-        if isinstance(whole, list):
-            if not whole:
-                return "the file holds an empty JSON list: no rows"
-            bad = next((index for index, row in enumerate(whole) if not isinstance(row, dict)), None)
-            if bad is not None:
-                return f"entry {bad} of the JSON list is a {type(whole[bad]).__name__}, not an object of columns"
-            return None
-        if isinstance(whole, dict):
-            return None
-        return f"the file holds a JSON {type(whole).__name__}, not rows (a list of objects or one object per line)"
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            return f"line {number} is not valid JSON ({err.msg} at column {err.colno})"
-        if not isinstance(row, dict):
-            return f"line {number} is a JSON {type(row).__name__}, not an object of columns"
-    return None
-
-
 def _load_local_file(path: Path, split: str, load_kwargs: dict[str, Any]) -> datasets.Dataset:
     suffix = _file_suffix(path)
     builder = _LOCAL_FILE_BUILDERS.get(suffix)
@@ -686,24 +647,7 @@ def _load_local_file(path: Path, split: str, load_kwargs: dict[str, Any]) -> dat
         )
     if suffix == ".tsv":
         load_kwargs = {**load_kwargs, "sep": "\t"}
-    # `data_files` are glob patterns: a literal "[1]" in a folder name would otherwise match nothing
-    pattern = glob.escape(str(path))
-    # `datasets` logs a bad file at ERROR level before raising; the error raised below says it in one line
-    datasets_logger = logging.getLogger("datasets")
-    level = datasets_logger.level
-    datasets_logger.setLevel(logging.CRITICAL)
-    try:
-        dataset = datasets.load_dataset(builder, data_files={split: pattern}, split=split, **load_kwargs)
-    except Exception as err:  # StopIteration for an empty JSONL, DatasetGenerationError for a bad line, ...
-        problem = _file_problem(path, builder)
-        if problem is None:
-            raise
-        raise ValueError(f"cannot read {path}: {problem}") from err
-    finally:
-        datasets_logger.setLevel(level)
-    if len(dataset) == 0:
-        raise ValueError(f"cannot read {path}: {_file_problem(path, builder) or 'the file has no rows'}")
-    return dataset
+    return read_data_files(builder, [path], split=split, **load_kwargs)
 
 
 def _load_local(path: Path, split: str, load_kwargs: dict[str, Any]) -> datasets.Dataset:

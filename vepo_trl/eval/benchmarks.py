@@ -27,6 +27,7 @@ from typing import Any
 import datasets
 
 from ..data.loaders import IMAGE_PLACEHOLDER, _without_decoding
+from ..errors import UsageError
 
 
 logger = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ EVAL_SYSTEM_PROMPT = (
 )
 
 
-class EvalDataError(ValueError):
+class EvalDataError(UsageError):
     """A benchmark's data cannot be found or read; the message says which data set and how to point at a copy."""
 
 
@@ -286,8 +287,12 @@ def _load_data_files(folder: Path, split: str, name: str) -> datasets.Dataset:
     for suffix, builder in ((".parquet", "parquet"), (".jsonl", "json"), (".json", "json")):
         files = sorted(p for p in folder.rglob(f"*{suffix}") if _is_split_file(p.relative_to(folder), split))
         if files:
-            loaded = datasets.load_dataset(builder, data_files=[str(p) for p in files], split="train")
-            return _undecoded(loaded)
+            from ..files import read_data_files
+
+            try:
+                return _undecoded(read_data_files(builder, files))
+            except UsageError as error:  # a truncated, empty or foreign file: named, with the benchmark
+                raise EvalDataError(f"{name}: {error}") from None
     raise EvalDataError(
         f"{name}: {folder} holds no parquet/JSON data files of split {split!r} (file names must contain the split)."
     )

@@ -105,25 +105,39 @@ class VLLMGenerator:
 
     def __init__(self, model_id: str, adapter: str | None, *, max_new_tokens: int = 2048, max_images: int = 4,
                  dtype: str = "auto", max_model_len: int | None = None,
-                 tensor_parallel_size: int = 1):  # fmt: skip
+                 tensor_parallel_size: int = 1, gpu_memory_utilization: float | None = None):  # fmt: skip
         from transformers import AutoProcessor
         from vllm import LLM, SamplingParams
 
         kwargs = {"max_model_len": max_model_len} if max_model_len else {}
+        if gpu_memory_utilization is not None:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         if adapter is not None:
             from peft import PeftConfig
 
             kwargs.update(enable_lora=True, max_lora_rank=max(PeftConfig.from_pretrained(adapter).r, 8))
-        self.llm = LLM(
-            model=model_id,
-            tensor_parallel_size=tensor_parallel_size,
-            # No video: vLLM <= 0.31 otherwise profiles a dummy one through a video-capable processor at start-up,
-            # which transformers >= 5.18 refuses (see vllm_prompts.images_only_engine)
-            limit_mm_per_prompt={"image": max_images, "video": 0},
-            dtype=dtype,
-            seed=0,
-            **kwargs,
-        )
+        try:
+            self.llm = LLM(
+                model=model_id,
+                tensor_parallel_size=tensor_parallel_size,
+                # No video: vLLM <= 0.31 otherwise profiles a dummy one through a video-capable processor at start-up,
+                # which transformers >= 5.18 refuses (see vllm_prompts.images_only_engine)
+                limit_mm_per_prompt={"image": max_images, "video": 0},
+                dtype=dtype,
+                seed=0,
+                **kwargs,
+            )
+        except Exception as error:
+            # vLLM refuses to start when its memory share is more than is free (other processes hold memory)
+            if "memory utilization" not in str(error):
+                raise
+            from ..errors import UsageError, one_line
+
+            share = gpu_memory_utilization if gpu_memory_utilization is not None else "vLLM's default"
+            raise UsageError(
+                f"vLLM could not start: {one_line(str(error))[:300]} (--gpu_memory_utilization is {share}: give a "
+                "lower share, or free the memory other processes hold)"
+            ) from None
         self.params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
         self.lora = None
         if adapter is not None:

@@ -23,8 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import OneLineParser, UsageError, check_output_folder
+from ..errors import UsageError
 from ..local_models import TINY_MODEL, check_hub_push, missing_weights, not_a_vlm, resolve_model_name
+from ..options import OneLineParser
 from ..run_folder import check_folder_owner
 from .benchmarks import (
     BENCHMARKS,
@@ -39,13 +40,9 @@ from .benchmarks import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EvalUsageError", "main", "make_parser", "run"]
+__all__ = ["main", "make_parser", "run"]
 
 MANIFEST = "manifest.json"
-
-
-class EvalUsageError(ValueError):
-    """A mistake on the command line, reported as one line and exit code 2 before any model loads."""
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -89,6 +86,9 @@ def make_parser() -> argparse.ArgumentParser:
                      help="auto: vLLM when installed and running as one process, else transformers.")  # fmt: skip
     gen.add_argument("--batch_size", type=int, default=None, help="Prompts per generate call (8; vLLM: 256).")
     gen.add_argument("--max_model_len", type=int, default=None, help="vLLM context length (default: the model's).")
+    gen.add_argument("--gpu_memory_utilization", type=float, default=None,
+                     help="vLLM: the share of GPU memory the engine may take, in (0, 1] (default: vLLM's 0.9); lower "
+                          "it when other processes hold memory.")  # fmt: skip
     gen.add_argument("--tensor_parallel_size", type=int, default=None,
                      help="vLLM tensor parallelism (default: the most visible GPUs that divide the model's attention "
                           "heads, e.g. 4 of 8 for the 7B's 28 heads).")  # fmt: skip
@@ -136,31 +136,31 @@ def check_model(name: str, what: str = "--model") -> None:
     path = Path(name).expanduser()
     if path.exists():
         if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
-            raise EvalUsageError(f"{what} {name}: not a model folder (no config.json or adapter_config.json).")
+            raise UsageError(f"{what} {name}: not a model folder (no config.json or adapter_config.json).")
         if what == "--adapter" and not (path / "adapter_config.json").is_file():
-            raise EvalUsageError(
+            raise UsageError(
                 f"--adapter {name}: a full model folder, not a PEFT adapter (no adapter_config.json): pass it as "
                 "--model instead."
             )
         if missing_weights(path):
-            raise EvalUsageError(
+            raise UsageError(
                 f"{what} {name}: the folder holds no weights (model.safetensors, shards or an adapter), as a "
                 "checkpoint saved by FSDP or DeepSpeed has: evaluate the run's output_dir, or export the checkpoint's "
                 "model first."
             )
         text_only = not_a_vlm(name) if (path / "config.json").is_file() else None
         if text_only:
-            raise EvalUsageError(f"{what} {name}: {text_only}; the benchmarks are visual questions.")
+            raise UsageError(f"{what} {name}: {text_only}; the benchmarks are visual questions.")
         return
     looks_like_path = name.startswith((".", "/", "~")) or name.count("/") != 1
     if looks_like_path:
         hint = " Run `vepo-trl demo` first." if path.name == "vepo-demo" else ""
-        raise EvalUsageError(f"{what} {name}: no such folder, and not a Hub id of the form owner/name.{hint}")
+        raise UsageError(f"{what} {name}: no such folder, and not a Hub id of the form owner/name.{hint}")
     if _offline():
         from huggingface_hub import try_to_load_from_cache
 
         if not isinstance(try_to_load_from_cache(name, "config.json"), str):
-            raise EvalUsageError(f"{what} {name}: not in the local Hugging Face cache and the Hub is offline.")
+            raise UsageError(f"{what} {name}: not in the local Hugging Face cache and the Hub is offline.")
 
 
 def _model_identity(name: str | None) -> str | None:
@@ -250,7 +250,7 @@ def check_manifest(output_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]
     changed_weights = [(a, b) for a, b in weights if a and b and a != b]  # unknown (older folders, Hub ids): skipped
     if changed_weights and previous.get("model") == manifest.get("model"):
         there, here = changed_weights[0]
-        raise EvalUsageError(
+        raise UsageError(
             f"{output_dir} holds results of {manifest.get('model_arg') or manifest['model']} as it was before its "
             f"weights changed (fingerprint {there} there, {here} now): pass a new --output_dir, or remove that folder "
             "to evaluate this model again."
@@ -261,7 +261,7 @@ def check_manifest(output_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]
     after["sources"] = {n: s for n, s in manifest["sources"].items() if n in previous.get("sources", {})}
     changed = _differences(before, after)
     if changed:
-        raise EvalUsageError(
+        raise UsageError(
             f"{output_dir} holds results of another protocol ({'; '.join(changed)}); pass a new --output_dir, "
             "or --rescore it to grade its completions again."
         )
@@ -299,9 +299,9 @@ def tensor_parallel_size(requested: int | None, heads: list[int], kv_heads: int 
 
     if requested is not None:
         if requested < 1 or requested > max(gpus, 1):
-            raise EvalUsageError(f"--tensor_parallel_size {requested}: {gpus} GPU(s) are visible.")
+            raise UsageError(f"--tensor_parallel_size {requested}: {gpus} GPU(s) are visible.")
         if not fits(requested):
-            raise EvalUsageError(f"--tensor_parallel_size {requested} does not divide the model's attention heads "
+            raise UsageError(f"--tensor_parallel_size {requested} does not divide the model's attention heads "
                                  f"{heads} (KV heads {kv_heads}).")  # fmt: skip
         return requested
     return max(size for size in range(1, max(gpus, 1) + 1) if fits(size))
@@ -460,9 +460,9 @@ def _resolve_backend(args, state) -> str:
     if backend == "auto":
         backend = "vllm" if vllm_available() and state.num_processes == 1 else "transformers"
     if backend == "vllm" and state.num_processes > 1:
-        raise EvalUsageError("--backend vllm runs in one process (tensor parallel); do not use accelerate launch.")
+        raise UsageError("--backend vllm runs in one process (tensor parallel); do not use accelerate launch.")
     if backend == "vllm" and not vllm_available():
-        raise EvalUsageError(
+        raise UsageError(
             "--backend vllm needs vLLM, which is not installed (pip install 'vepo-trl[vllm]'), or pass --backend "
             "transformers."
         )
@@ -481,7 +481,7 @@ def _engine_or_fallback(args, backend: str, model_id: str) -> str:
     if args.backend == "auto":
         logger.warning("Generating with transformers: %s.", reason)
         return "transformers"
-    raise EvalUsageError(f"--backend vllm: {reason}. Pass --backend transformers.")
+    raise UsageError(f"--backend vllm: {reason}. Pass --backend transformers.")
 
 
 def _make_generator(args, backend: str, model_id: str, adapter: str | None, state):
@@ -494,7 +494,8 @@ def _make_generator(args, backend: str, model_id: str, adapter: str | None, stat
         tp = tensor_parallel_size(args.tensor_parallel_size, _attention_heads(model_id), _kv_heads(model_id),
                                   torch.cuda.device_count())  # fmt: skip
         return VLLMGenerator(model_id, adapter, max_new_tokens=args.max_new_tokens, dtype=args.dtype,
-                             max_model_len=args.max_model_len, tensor_parallel_size=tp)  # fmt: skip
+                             max_model_len=args.max_model_len, tensor_parallel_size=tp,
+                             gpu_memory_utilization=args.gpu_memory_utilization)  # fmt: skip
     args.batch_size = args.batch_size or 8
     model, processor = load_model_and_processor(model_id, adapter, dtype=args.dtype, device=state.device)
     generator = TransformersGenerator(model, processor, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
@@ -517,12 +518,12 @@ def make_judge(args, benches: list[Benchmark]):
                          timeout=args.judge_timeout, max_retries=args.judge_max_retries,
                          workers=args.judge_workers)  # fmt: skip
     except ValueError as err:  # no key in the environment, or no openai client
-        raise EvalUsageError(f"--protocol {args.protocol} judges {', '.join(needing)}: {err} Or pass --protocol rule "
+        raise UsageError(f"--protocol {args.protocol} judges {', '.join(needing)}: {err} Or pass --protocol rule "
                              "(no judge; not the paper's numbers).") from None  # fmt: skip
     problem = judge.check_reachable()
     if problem:
         where = args.judge_base_url or "OpenAI's API"
-        raise EvalUsageError(
+        raise UsageError(
             f"--protocol {args.protocol} judges {', '.join(needing)} with {args.judge_model}, but {where} did not "
             f"answer ({problem}); start the endpoint or fix --judge_base_url / ${args.judge_api_key_env}, or pass "
             "--protocol rule (no judge; not the paper's numbers)."
@@ -534,34 +535,22 @@ def _check_usage(args) -> list[Benchmark]:
     try:
         benches = resolve_benchmarks(args.benchmarks)
     except ValueError as err:
-        raise EvalUsageError(str(err)) from None
-    for name, value in (
-        ("--limit", args.limit),
-        ("--max_new_tokens", args.max_new_tokens),
-        ("--batch_size", args.batch_size),
-        ("--tensor_parallel_size", args.tensor_parallel_size),
-    ):
-        if value is not None and value < 1:
-            raise EvalUsageError(f"{name} must be at least 1, got {value}.")
-    if args.output_dir is not None:
-        try:
-            check_output_folder("--output_dir", args.output_dir)
-        except ValueError as error:
-            raise EvalUsageError(str(error)) from None
+        raise UsageError(str(err)) from None
+    # Each option's own rule (kind, range, folders) was checked as it was parsed (validation.OPTION_RULES)
     if getattr(args, "push_to_hub", False):
         if not args.hub_model_id:
-            raise EvalUsageError("--push_to_hub needs --hub_model_id (owner/name): the repo the card goes to.")
+            raise UsageError("--push_to_hub needs --hub_model_id (owner/name): the repo the card goes to.")
         if args.no_model_card:
-            raise EvalUsageError("--push_to_hub pushes the model card, and --no_model_card leaves it unwritten.")
+            raise UsageError("--push_to_hub pushes the model card, and --no_model_card leaves it unwritten.")
         if not Path(args.adapter or args.model or "").expanduser().is_dir():
-            raise EvalUsageError("--push_to_hub pushes the card of a local model folder; --model is not one.")
+            raise UsageError("--push_to_hub pushes the card of a local model folder; --model is not one.")
         from .card import check_push_target
 
         try:
             check_hub_push(args.hub_token)
             check_push_target(args.hub_model_id, args.hub_token)
         except ValueError as error:
-            raise EvalUsageError(str(error)) from None
+            raise UsageError(str(error)) from None
     return benches
 
 
@@ -639,20 +628,20 @@ def rescore(args: argparse.Namespace) -> dict[str, Any]:
     """`--rescore DIR`: grade stored completions under `--protocol`, keep the other verdicts, write the summary."""
     output_dir = Path(args.rescore)
     if not (output_dir / MANIFEST).is_file():
-        raise EvalUsageError(f"--rescore {args.rescore}: no {MANIFEST} there (not a `vepo-trl eval` results folder).")
+        raise UsageError(f"--rescore {args.rescore}: no {MANIFEST} there (not a `vepo-trl eval` results folder).")
     benches = _check_usage(args)
     present = [b for b in benches if (output_dir / f"{b.name}.jsonl").is_file()]
     if args.benchmarks == "all":  # every benchmark the folder holds, the synthetic one included
         present = [BENCHMARKS[n] for n in BENCHMARKS if (output_dir / f"{n}.jsonl").is_file()]
     if not present:
-        raise EvalUsageError(f"--rescore {args.rescore}: no records of {args.benchmarks} there.")
+        raise UsageError(f"--rescore {args.rescore}: no records of {args.benchmarks} there.")
     from .grading import uses_judge
 
     for bench in present:
         if uses_judge(args.protocol, bench.name):
             first = read_records(output_dir / f"{bench.name}.jsonl")[:1]
             if first and "judge_question" not in first[0]:
-                raise EvalUsageError(f"--rescore: {bench.name}'s records predate stored judge questions; "
+                raise UsageError(f"--rescore: {bench.name}'s records predate stored judge questions; "
                                      "generate them again into a new --output_dir.")  # fmt: skip
     judge = make_judge(args, present)
     manifest = json.loads((output_dir / MANIFEST).read_text())
@@ -676,23 +665,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.rescore is not None:
         if args.model is not None:
-            raise EvalUsageError("--rescore grades stored completions: pass no --model.")
+            raise UsageError("--rescore grades stored completions: pass no --model.")
         return rescore(args)
     if args.model is None:
-        raise EvalUsageError("--model is required (or --rescore DIR to grade stored completions).")
+        raise UsageError("--model is required (or --rescore DIR to grade stored completions).")
     # -- usage checks: all before data or model loading ------------------------------------------------------------
     benches = _check_usage(args)
     check_model(args.model)
     for flag in ("adapter", "base_model"):
         if getattr(args, flag):
             check_model(getattr(args, flag), f"--{flag}")
-    if args.data_dir is not None and not Path(args.data_dir).expanduser().is_dir():
-        raise EvalUsageError(f"--data_dir {args.data_dir}: no such folder.")
     output_dir = Path(args.output_dir or f"eval-{Path(args.model.rstrip('/')).name}")
-    try:  # a training run's (or a lab's) folder: its summary.md and README.md would be replaced
-        check_folder_owner("--output_dir", output_dir, "eval")
-    except UsageError as error:
-        raise EvalUsageError(str(error)) from None
+    # a training run's (or a lab's) folder: its summary.md and README.md would be replaced
+    check_folder_owner("--output_dir", output_dir, "eval")
     missing = []
     for bench in benches:
         try:
@@ -786,7 +771,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             regrade_folder(output_dir, [bench.name for bench in benches], args, judge)
         except Exception as error:  # noqa: BLE001 - said in one line: every completion is on disk
-            raise EvalUsageError(
+            raise UsageError(
                 f"grading stopped ({type(error).__name__}: {error}); every completion is kept in {output_dir}/: "
                 f"finish with vepo-trl eval --rescore {output_dir} --protocol {args.protocol}"
             ) from None
@@ -821,17 +806,15 @@ def _update_model_card(args, summary: dict[str, Any]) -> None:
         try:
             print(f"Model card pushed: {push_card(path, args.hub_model_id, args.hub_token)}")
         except (OSError, ValueError) as error:  # the Hub went away during the eval: the card is written locally
-            raise EvalUsageError(f"the card is written in {path}, but the push failed: {error}") from None
+            raise UsageError(f"the card is written in {path}, but the push failed: {error}") from None
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = make_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        return run(args)
-    except (EvalUsageError, EvalDataError) as err:
-        print(f"vepo-trl eval: error: {err}", file=sys.stderr)
-        sys.exit(2)
+    """`vepo-trl eval`'s work; its user errors (`UsageError`, `EvalDataError` among them) reach the CLI's one door."""
+    return run(make_parser().parse_args(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":
-    main()
+    from ..cli import main as cli_main
+
+    cli_main(["eval", *sys.argv[1:]])

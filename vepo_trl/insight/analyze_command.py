@@ -7,7 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import OneLineParser, check_output_folder
+from ..errors import check_output_folder
+from ..options import OneLineParser
 from .commands import (
     UsageError,
     _add_generation_args,

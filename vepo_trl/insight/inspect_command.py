@@ -6,7 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
-from ..errors import OneLineParser, check_output_folder
+from ..errors import check_output_folder
+from ..options import OneLineParser
 from .commands import (
     SYNTHETIC_DATASET,
     SYNTHETIC_ROWS,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import OneLineParser, check_output_folder
+from ..errors import check_output_folder
+from ..options import OneLineParser
 from .commands import (
     UsageError,
     fail,
@@ -47,10 +48,13 @@ def plot_main(argv: list[str]) -> None:
     try:
         if args.labels and len(args.labels) != len(args.runs):
             raise UsageError(f"--labels has {len(args.labels)} names for {len(args.runs)} runs")
-        if not 20 <= args.dpi <= 1200:  # 100,000 dpi asks matplotlib for a canvas of terabytes
-            raise UsageError(f"--dpi must be in 20..1200, got {args.dpi}")
-        if args.output_dir is not None:
-            check_output_folder("--output_dir", args.output_dir)
+        # --dpi, --output_dir and the run paths were checked as parsed (validation.OPTION_RULES); the default folder
+        # beside the first run is written too, so it is checked the same way
+        first = Path(args.runs[0])
+        output_dir = (
+            Path(args.output_dir) if args.output_dir else (first if first.is_dir() else first.parent) / "plots"
+        )
+        check_output_folder("--output_dir", output_dir)
         runs = []
         for i, path in enumerate(args.runs):
             try:
@@ -59,8 +63,6 @@ def plot_main(argv: list[str]) -> None:
                 raise UsageError(str(error)) from None
     except UsageError as error:
         fail(parser.prog, error)
-    first = Path(args.runs[0])
-    output_dir = Path(args.output_dir) if args.output_dir else (first if first.is_dir() else first.parent) / "plots"
     written = plot_runs(runs, output_dir, dpi=args.dpi)
     for run in runs:
         print(f"{run.name}: {len(run.entries)} logged steps from {run.source}")

@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 
 from ..errors import UsageError, fail
+from ..options import OneLineParser
 from .tasks import DEFAULT_TASK, TASKS
 
 
@@ -27,7 +28,7 @@ def _list(text: str) -> list[str]:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="vepo-trl lab",
         description="RL from a warm-started tiny Qwen2.5-VL with several token-selection strategies over several "
         "seeds; held-out greedy accuracy before and after, reward curves and selected-token statistics in a "
@@ -157,15 +158,8 @@ def _learning_rates(text: str) -> dict[str, float]:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """Values argparse accepts but a lab cannot use, before anything loads. Raises `UsageError`."""
-    for name in ("steps", "eval_rows", "jobs"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise UsageError(f"--{name} must be at least 1, got {value}.")
-    for name in ("max_minutes", "learning_rate"):
-        value = getattr(args, name)
-        if value is not None and not value > 0:
-            raise UsageError(f"--{name} must be above 0, got {value:g}.")
+    """What the lab's option texts must say (each option's kind and range went through the option table as it was
+    parsed: `validation.OPTION_RULES`), before anything loads. Raises `UsageError`."""
     if args.task is not None and args.task not in TASKS:
         raise UsageError(f"--task {args.task!r}: choose one of {sorted(TASKS)}.")
     if args.strategies is not None and not _list(args.strategies):
@@ -176,8 +170,6 @@ def check_args(args: argparse.Namespace) -> None:
             raise UsageError("--sweep sets the learning rates itself: leave out --learning_rates and --learning_rate.")
     if args.learning_rates is not None:
         _learning_rates(args.learning_rates)
-    if not str(args.output_dir).strip():
-        raise UsageError("--output_dir is empty: give the folder the lab's tables and runs go to.")
 
 
 def _arms(text: str) -> tuple[str, ...]:

@@ -40,21 +40,13 @@ def _fail(command: str, message: str):
 
 
 def _read_recipe(command: str, path: str) -> dict | None:
-    """A recipe that is valid YAML and a mapping of keys (returned), else one line naming the line that is wrong."""
-    import yaml
+    """A recipe that is valid YAML and a mapping of keys (returned), else one line naming what is wrong."""
+    from .files import read_recipe
 
     try:
-        recipe = yaml.safe_load(Path(path).read_text())
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        _fail(command, f"--config {path} is not valid YAML{where}: {problem}.")
-    except (OSError, UnicodeDecodeError) as error:
-        _fail(command, f"--config {path} cannot be read ({type(error).__name__}: {error}).")
-    if recipe is not None and not isinstance(recipe, dict):
-        _fail(command, f"--config {path} is not a mapping of recipe keys (key: value lines).")
-    return recipe
+        return read_recipe(path)
+    except UsageError as error:
+        _fail(command, str(error))
 
 
 def _vepo_options() -> list[tuple[str, str, str]]:
@@ -131,6 +123,12 @@ def _parse(command: str, argv: list[str]):
     argv = _split_equals(argv, "--config")
     if argv.count("--config") > 1:
         _fail(command, "--config is given twice: give one recipe, and override its keys with --<option> VALUE.")
+    from .options import check_repeated
+
+    try:
+        check_repeated(argv)
+    except UsageError as error:
+        _fail(command, str(error))
     if "--config" in argv:
         index = argv.index("--config")
         if index + 1 >= len(argv):

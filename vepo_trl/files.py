@@ -86,3 +86,27 @@ def _problem_or_unreadable(path: Path, builder: str) -> str | None:
         return file_problem(path, builder)
     except OSError as error:  # gone, a folder, no permission
         return f"{error.strerror or type(error).__name__}"
+
+
+def read_recipe(path: str | Path, flag: str = "--config") -> dict[str, Any] | None:
+    """A recipe (YAML) that exists, can be read, is valid YAML and a mapping of keys; None for an empty file. Any
+    other state is a `UsageError` naming the file and the problem (the line and column of a YAML error)."""
+    import yaml
+
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise UsageError(f"{flag} {path}: no such file.")
+    if path.is_dir():
+        raise UsageError(f"{flag} {path}: a folder, not a recipe file (YAML).")
+    try:
+        recipe = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise UsageError(f"{flag} {path} is not valid YAML{where}: {problem}.") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"{flag} {path} cannot be read ({type(error).__name__}: {error}).") from None
+    if recipe is not None and not isinstance(recipe, dict):
+        raise UsageError(f"{flag} {path} is not a mapping of recipe keys (key: value lines).")
+    return recipe

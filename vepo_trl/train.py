@@ -65,7 +65,8 @@ LAB_DATASET = "lab"
 class VEPOScriptArguments(ScriptArguments):
     """Data, rewards and model set-up of a VEPO run (the trainer's settings live in `VEPOConfig`)."""
 
-    dataset_name: str | None = field(
+    # Text, never unset: a run needs its training data (TRL's ScriptArguments lets it be None)
+    dataset_name: str = field(
         default="paper_mix",
         metadata={
             "help": "Training data: geometry3k, k12, mmk12, paper_mix (Geometry3K train + K12 mini_train, ~4.2K), "
@@ -288,6 +289,8 @@ def check_arguments(script_args, training_args, model_args, given=()) -> None:
         check_vllm_version()
     for field_name in ("dataset_name", "eval_dataset_name"):
         name = getattr(script_args, field_name)
+        if field_name == "dataset_name" and not (isinstance(name, str) and name.strip()):
+            raise UsageError(f"dataset_name {name!r}: give the training data ({dataset_name_problem(str(name))}).")
         if name is None or (field_name == "eval_dataset_name" and not name):
             continue
         if name in (SYNTHETIC_DATASET, LAB_DATASET):

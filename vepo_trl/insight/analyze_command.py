@@ -7,14 +7,12 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import check_output_folder
 from ..options import OneLineParser
 from .commands import (
     UsageError,
     _add_generation_args,
     _add_model_args,
     _add_settings_args,
-    _check_generation,
     _check_model,
     _dataset_bounds,
     _load_model,
@@ -68,13 +66,7 @@ def analyze_main(argv: list[str]) -> None:
         recipe = _read_recipe(args.config) if args.config else {}
         model_name = _check_model(args.model or recipe.get("model_name_or_path"))
         settings = _settings(args, recipe)
-        check_output_folder("--output_dir", args.output_dir)
-        _check_generation(args)
-        if args.limit < 1:
-            raise UsageError(f"--limit must be at least 1, got {args.limit}")
-        for ratio in args.ratios:
-            if not 0.0 < ratio <= 1.0:
-                raise UsageError(f"--ratios: every k must be in (0, 1], got {ratio}")
+        # --output_dir, --limit and --ratios went through the option table as they were parsed
         bounds = _pixel_bounds(args, recipe)
         dataset = _load_rows(args.dataset, args.split, args.limit, _dataset_bounds(args, bounds))
         rows = [dataset[i] for i in range(min(args.limit, len(dataset)))]

@@ -9,7 +9,6 @@ stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any
 
@@ -68,17 +67,9 @@ def _add_generation_args(parser: argparse.ArgumentParser, num_generations: int) 
 
 
 def _read_recipe(path: str) -> dict[str, Any]:
-    import yaml
+    from ..files import read_recipe
 
-    if not os.path.isfile(path):
-        raise UsageError(f"--config: no such file: {path}")
-    try:
-        recipe = yaml.safe_load(Path(path).read_text())
-    except yaml.YAMLError as error:
-        raise UsageError(f"--config: {path} is not valid YAML ({str(error).splitlines()[0]})") from None
-    if not isinstance(recipe, dict):
-        raise UsageError(f"--config: {path} is not a mapping of recipe keys")
-    return recipe
+    return read_recipe(path) or {}
 
 
 def _settings(args: argparse.Namespace, recipe: dict[str, Any]):
@@ -116,19 +107,6 @@ def _check_model(name: str | None) -> str:
         raise UsageError(f"--model: no such model folder: {name} (nor is it a Hub id of the form org/name)")
     check_model_name(name, "--model")  # a Hub id offline and not cached: one line now, not a minute of retries
     return name
-
-
-def _check_generation(args: argparse.Namespace) -> None:
-    if args.num_generations < 1:
-        raise UsageError(f"--num_generations must be at least 1, got {args.num_generations}")
-    if args.max_new_tokens < 1:
-        raise UsageError(f"--max_new_tokens must be at least 1, got {args.max_new_tokens}")
-    if args.batch_size < 1:
-        raise UsageError(f"--batch_size must be at least 1, got {args.batch_size}")
-    for name in ("min_pixels", "max_pixels"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise UsageError(f"--{name} must be positive, got {value}")
 
 
 def _pixel_bounds(args: argparse.Namespace, recipe: dict[str, Any]) -> dict[str, int]:

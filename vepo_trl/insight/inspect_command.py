@@ -15,7 +15,6 @@ from .commands import (
     _add_generation_args,
     _add_model_args,
     _add_settings_args,
-    _check_generation,
     _check_model,
     _check_rewards,
     _dataset_bounds,
@@ -166,7 +165,6 @@ def inspect_main(argv: list[str]) -> None:
         recipe = _read_recipe(args.config) if args.config else {}
         model_name = _check_model(args.model or recipe.get("model_name_or_path"))
         settings = _settings(args, recipe)
-        _check_generation(args)
         _check_rewards(args)
         check_output_folder("--output", Path(args.output or DEFAULT_PAGE).expanduser().parent or ".")
         if args.greedy and args.response:

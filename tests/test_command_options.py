@@ -1,0 +1,468 @@
+"""Every option of every command goes through one table (`validation.OPTION_RULES` and `RANGES`), every folder a
+command writes through one check, every recipe value of any YAML type through one rule: drawn over all commands.
+
+Each case runs the real CLI in this process up to the point a model or data would load (those are replaced by a
+sentinel), and asserts exit 0, or exit 2 with one line and no traceback, and nothing written where the run was
+refused.
+"""
+
+import argparse
+import datetime
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import vepo_trl.train as train_module
+from vepo_trl.cli import main as cli_main
+from vepo_trl.validation import OPTION_RULES, option_rule
+
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_RECIPE = str(REPO / "recipes" / "tiny" / "config_vepo.yaml")
+EXAMPLES = int(os.environ.get("VEPO_HYPOTHESIS_EXAMPLES", "25"))
+LONG_NAME = "n" * 300
+REAL_LOAD_SPLIT = train_module.load_dataset_split
+
+
+class Reached(BaseException):
+    """A command got past its checks to where a model or data loads: the sentinel, not an error of the command."""
+
+
+def parsers() -> dict[str, argparse.ArgumentParser]:
+    """Every command with its own parser, as the CLI builds it."""
+    from vepo_trl.eval.run import make_parser as eval_parser
+    from vepo_trl.insight.analyze_command import analyze_parser
+    from vepo_trl.insight.inspect_command import inspect_parser
+    from vepo_trl.insight.plot_command import plot_parser
+    from vepo_trl.lab import make_parser as lab_parser
+
+    return {
+        "eval": eval_parser(),
+        "inspect": inspect_parser(),
+        "analyze": analyze_parser(),
+        "plot": plot_parser(),
+        "lab": lab_parser(),
+    }
+
+
+def options(command: str) -> dict[str, argparse.Action]:
+    return {
+        action.dest: action for action in parsers()[command]._actions if not isinstance(action, argparse._HelpAction)
+    }
+
+
+@pytest.fixture(autouse=True)
+def nothing_loads(monkeypatch, tmp_path_factory):
+    """Every place a command loads a model, data or starts its work raises `Reached`."""
+    from vepo_trl.eval import run as eval_run
+    from vepo_trl.insight import analyze_command, commands, inspect_command, plot_command
+    from vepo_trl.lab import run as lab_run
+    from vepo_trl.lab import warm_start
+
+    monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path_factory.getbasetemp() / "vepo-cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def reached(*args, **kwargs):
+        raise Reached()
+
+    for module, name in [
+        (train_module, "load_model"),
+        (train_module, "load_dataset_split"),
+        (eval_run, "_make_generator"),
+        (commands, "_load_model"),
+        (inspect_command, "_load_rows"),
+        (analyze_command, "_load_rows"),
+        (inspect_command, "_load_model"),
+        (analyze_command, "_load_model"),
+        (plot_command, "plot_runs"),
+        (lab_run, "run_lab"),
+        (lab_run, "run_sweep"),
+        (warm_start, "warm_start_path"),
+    ]:
+        if hasattr(module, name):
+            monkeypatch.setattr(module, name, reached)
+
+
+def run(argv: list[str], capsys) -> tuple[int | str, str]:
+    """(exit status, or "reached" where the command got to loading; stderr) of one in-process `vepo-trl` call."""
+    try:
+        cli_main(argv)
+        code = 0
+    except SystemExit as exit_info:
+        code = exit_info.code
+    except Reached:
+        code = "reached"
+    return code, capsys.readouterr().err
+
+
+def assert_refused(code, err, command, *needles):
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert code == 2 and "Traceback" not in err, err
+    assert len(lines) == 1 and lines[0].startswith(f"vepo-trl {command}: error: "), lines
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+def snapshot(folder: Path) -> set[str]:
+    return {str(path.relative_to(folder)) for path in folder.rglob("*")}
+
+
+class Place:
+    """Files and folders a drawn value can point at, made fresh in a test's folder."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        (root / "afile.txt").write_text("plain text")
+        (root / "folder").mkdir()
+        (root / "model").mkdir()
+        (root / "model" / "config.json").write_text("{}")
+        (root / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+        (root / "run").mkdir()
+        (root / "run" / "trainer_state.json").write_text('{"log_history": [{"step": 1, "loss": 0.5}]}')
+        os.symlink(root / "gone", root / "dangling")
+
+    def bad(self, kind: str) -> list[str]:
+        """Values of a path kind that must be refused."""
+        r = self.root
+        return {
+            "out_folder": [str(r / "afile.txt"), str(r / "dangling"), str(r / "new" / LONG_NAME),
+                           str(r / "afile.txt" / "below")],
+            "out_file": [str(r / "folder"), str(r / "afile.txt" / "below.html"), str(r / "new" / LONG_NAME / "p")],
+            "in_file": [str(r / "nowhere.png"), str(r / "folder")],
+            "in_folder": [str(r / "nowhere"), str(r / "afile.txt")],
+            "in_path": [str(r / "nowhere")],
+            "text": [""],
+            "model": [""],
+            "url": ["ftp://host/v1", "localhost:8000"],
+        }[kind]  # fmt: skip
+
+    def good(self, kind: str) -> str:
+        r = self.root
+        return {
+            "out_folder": str(r / "out"),
+            "out_file": str(r / "out.html"),
+            "in_file": str(r / "image.png"),
+            "in_folder": str(r / "folder"),
+            "in_path": str(r / "run"),
+            "text": "synthetic",
+            "model": str(r / "model"),
+            "url": "http://127.0.0.1:9/v1",
+        }[kind]
+
+
+def bad_numbers(rule) -> list[str]:
+    """Values outside a number rule, as typed: wrong kinds whatever the range, then the range's own edges."""
+    if rule.kind == "choice" or rule.kind == "choice_or_bool":
+        return ["no-such-choice"]
+    bad = ["nan", "inf", "abc"]
+    if rule.kind == "whole":
+        bad.append("1.5")
+    for value in (0, -1, 0.5, 2, 10**9, 2**33, 1001):
+        if rule.kind == "whole" and not float(value).is_integer():
+            continue
+        if rule.test is not None and not rule.test(value):
+            bad.append(str(value))
+    return bad
+
+
+def good_number(rule) -> str | None:
+    if rule.kind in ("choice", "choice_or_bool"):
+        return str(next(iter(rule.choices())))
+    for value in (1, 2, 0, 500, 0.5):
+        if rule.kind == "whole" and not float(value).is_integer():
+            continue
+        if rule.test is None or rule.test(value):
+            return str(value)
+    return None
+
+
+PATH_KINDS = ("out_folder", "out_file", "in_file", "in_folder", "in_path", "text", "model", "url")
+# What a command needs to parse at all (its positional or required options)
+REQUIRED = {"plot": ["RUN"], "analyze": ["--dataset", "synthetic"]}
+
+
+def test_every_option_of_every_command_has_a_rule():
+    """The table covers every option of every command: a new option without a rule fails here."""
+    missing = [
+        f"{command} --{name}"
+        for command in parsers()
+        for name in options(command)
+        if option_rule(command, name) is None
+    ]
+    assert missing == []
+    # And the table names no option that no command has (a renamed option leaves no stale rule behind)
+    every = {name for command in parsers() for name in options(command)}
+    stale = [key for key in OPTION_RULES if key.split()[-1] not in every]
+    assert stale == []
+
+
+def option_values(place: Place, command: str, name: str, action: argparse.Action, bad: bool) -> list[str] | None:
+    """The values to type after `--name` (None: a flag without a value)."""
+    rule = option_rule(command, name)
+    if action.nargs == 0:
+        return None
+    if rule.kind in PATH_KINDS:
+        return place.bad(rule.kind) if bad else [place.good(rule.kind)]
+    if rule.kind == "bool":
+        return None
+    if rule.kind == "numbers":
+        return ["nan", "abc", "2"] if bad else ["0.5"]
+    values = bad_numbers(rule) if bad else [good_number(rule)]
+    return [value for value in values if value is not None]
+
+
+@pytest.mark.parametrize("command", ["eval", "inspect", "analyze", "plot", "lab"])
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_drawn_options_of_every_command_end_cleanly(command, data, tmp_path_factory, capsys):
+    """Two or three options at a time, each with a value of its rule's kind that is valid or not: one bad value is
+    refused in one line naming a bad option, before anything loads, and nothing is written; good values run to
+    the point a model would load, or are refused in one line by a rule that joins them (never a traceback)."""
+    root = tmp_path_factory.mktemp(command)
+    place = Place(root)
+    actions = options(command)
+    names = data.draw(st.lists(st.sampled_from(sorted(actions)), min_size=2, max_size=3, unique=True))
+    argv, bad_flags = [command], []
+    for name in names:
+        is_bad = data.draw(st.booleans())
+        values = option_values(place, command, name, actions[name], is_bad)
+        if actions[name].option_strings == []:  # plot's RUN_DIR: a positional, given below
+            continue
+        flag = actions[name].option_strings[-1]
+        if values is None:
+            argv.append(flag)
+            continue
+        if not values:
+            continue
+        argv += [flag, data.draw(st.sampled_from(values))]
+        if is_bad:
+            bad_flags.append(flag)
+    required = REQUIRED.get(command, [])
+    if not (required and required[0] in argv):
+        argv += [str(root / "run") if arg == "RUN" else arg for arg in required]
+    before = snapshot(root)
+    code, err = run(argv, capsys)
+    assert "Traceback" not in err, err
+    if bad_flags:
+        assert_refused(code, err, command)
+        line = err.strip().splitlines()[-1]
+        assert any(flag in line or "RUN_DIR" in line for flag in bad_flags), (argv, line)
+        assert snapshot(root) == before
+    else:
+        assert code in (0, 2, "reached"), (argv, err)
+        if code == 2:
+            assert_refused(code, err, command)
+
+
+# -- One rule per kind of input, through every command it applies to --------------------------------------------------
+
+WRITERS = {
+    "train": ["train", "--config", TINY_RECIPE, "--max_steps", "1", "--output_dir", "OUT"],
+    "demo": ["demo", "--max_steps", "1", "--output_dir", "OUT"],
+    "eval": ["eval", "--model", "MODEL", "--benchmarks", "synthetic", "--output_dir", "OUT"],
+    "analyze": ["analyze", "--model", "MODEL", "--dataset", "synthetic", "--output_dir", "OUT"],
+    "inspect": ["inspect", "--model", "MODEL", "--dataset", "synthetic", "--output", "OUT/page.html"],
+    "plot": ["plot", "RUN", "--output_dir", "OUT"],
+    "lab": ["lab", "--quick", "--output_dir", "OUT"],
+}
+FOLDER_STATES = {
+    "a file": ("afile.txt", "a file"),
+    "a dangling link": ("dangling", "does not exist"),
+    "too long a name under a folder still to be made": (f"new/{LONG_NAME}", "not a usable folder name"),
+    "under a file": ("afile.txt/below", "is a file"),
+}
+
+
+@pytest.mark.parametrize("state", sorted(FOLDER_STATES))
+@pytest.mark.parametrize("command", sorted(WRITERS))
+def test_every_writing_command_refuses_an_unusable_output_folder(command, state, tmp_path, capsys):
+    """n01: `demo --output_dir o/<300 characters>` ended in `OSError: File name too long` while `train` refused it:
+    every command that writes a folder goes through the same check, for every state of the folder."""
+    place = Place(tmp_path)
+    name, needle = FOLDER_STATES[state]
+    out = str(tmp_path / name)
+    if command == "inspect" and state == "a file":
+        out = str(tmp_path / "afile.txt" / "x")  # the page's folder is a file
+    argv = [
+        arg.replace("OUT", out).replace("MODEL", str(place.root / "model")).replace("RUN", str(place.root / "run"))
+        for arg in WRITERS[command]
+    ]
+    before = snapshot(tmp_path)
+    code, err = run(argv, capsys)
+    assert_refused(code, err, command)
+    assert any(word in err for word in (needle, "is a file", "not a usable", "does not exist")), err
+    assert snapshot(tmp_path) == before
+
+
+YAML_VALUES = {
+    "list": ["synthetic", "synthetic"],
+    "mapping": {"a": 1},
+    "null": None,
+    "date": datetime.date(2024, 1, 5),
+    "bool": True,
+    "number": 7,
+    "text": "x",
+}
+
+
+def recipe_keys() -> list[str]:
+    import dataclasses
+
+    from trl import ModelConfig
+
+    from vepo_trl.config import VEPOConfig
+    from vepo_trl.train import VEPOScriptArguments
+
+    return sorted({f.name for cls in (VEPOScriptArguments, VEPOConfig, ModelConfig) for f in dataclasses.fields(cls)
+                   if f.init} - {"output_dir", "config"})  # fmt: skip
+
+
+@settings(max_examples=max(EXAMPLES * 4, 40), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(key=st.sampled_from(recipe_keys()), kind=st.sampled_from(sorted(YAML_VALUES)))
+def test_recipe_values_of_any_yaml_type_for_any_key(key, kind, tmp_path_factory, capsys):
+    """n03: `dataset_name: [a, b]` ended in `AttributeError: 'list' object has no attribute 'strip'`. Any key, any
+    YAML type: refused in one line, or taken and run up to loading."""
+    root = tmp_path_factory.mktemp("recipe")
+    recipe = yaml.safe_load(Path(TINY_RECIPE).read_text())
+    recipe[key] = YAML_VALUES[kind]
+    path = root / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    code, err = run(["train", "--config", str(path), "--output_dir", str(root / "out"), "--max_steps", "1"], capsys)
+    assert "Traceback" not in err, err
+    assert code in (2, "reached"), (key, kind, code, err)
+    if code == 2:
+        assert_refused(code, err, "train")
+
+
+@pytest.mark.parametrize(("kind", "needle"), [
+    ("list", "dataset_name: a list ([synthetic, synthetic]), and dataset_name takes one value"),
+    ("mapping", "dataset_name: a mapping"),
+    ("null", "dataset_name: null (unset), and dataset_name must have a value"),
+])  # fmt: skip
+def test_a_recipe_list_where_one_value_goes_is_refused_naming_it(kind, needle, tmp_path, capsys):
+    recipe = yaml.safe_load(Path(TINY_RECIPE).read_text())
+    recipe["dataset_name"] = YAML_VALUES[kind]
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    code, err = run(["train", "--config", str(path), "--output_dir", str(tmp_path / "out")], capsys)
+    assert_refused(code, err, "train", needle)
+
+
+def test_text_fields_take_a_yaml_number_or_date_as_text(tmp_path, capsys, monkeypatch):
+    recipe = yaml.safe_load(Path(TINY_RECIPE).read_text())
+    recipe.update(run_name=datetime.date(2024, 1, 5), hub_model_id=12)
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    seen = {}
+    original = train_module.check_arguments
+
+    def keep(script_args, training_args, model_args, **kwargs):
+        seen.update(run_name=training_args.run_name, hub_model_id=training_args.hub_model_id)
+        return original(script_args, training_args, model_args, **kwargs)
+
+    monkeypatch.setattr(train_module, "check_arguments", keep)
+    code, err = run(["train", "--config", str(path), "--output_dir", str(tmp_path / "out")], capsys)
+    assert code == "reached", err
+    assert seen == {"run_name": "2024-01-05", "hub_model_id": "12"}
+
+
+def test_repeated_flags_are_refused_in_every_command(tmp_path, capsys):
+    """A flag given twice took the last value without a word."""
+    place = Place(tmp_path)
+    for argv, flag in [
+        (["train", "--config", TINY_RECIPE, "--max_steps", "40", "--max_steps", "6"], "--max_steps"),
+        (["demo", "--max_steps=4", "--max_steps", "6"], "--max_steps"),
+        (["eval", "--model", "m", "--limit", "3", "--limit", "4"], "--limit"),
+        (["inspect", "--model", "m", "--dataset", "synthetic", "--index", "1", "--index", "2"], "--index"),
+        (["analyze", "--model", "m", "--dataset", "synthetic", "--limit", "2", "--limit", "3"], "--limit"),
+        (["plot", str(place.root / "run"), "--dpi", "50", "--dpi", "60"], "--dpi"),
+        (["lab", "--steps", "2", "--steps", "3"], "--steps"),
+    ]:
+        code, err = run(argv, capsys)
+        assert_refused(code, err, argv[0], f"{flag} is given twice")
+
+
+# -- Files a command reads ---------------------------------------------------------------------------------------------
+
+
+def damaged_parquet(path: Path) -> None:
+    import datasets
+
+    full = path.with_suffix(".full.parquet")
+    datasets.Dataset.from_dict({"problem": ["<image>What?"] * 4, "answer": ["1"] * 4}).to_parquet(str(full))
+    data = full.read_bytes()
+    full.unlink()
+    path.write_bytes(data[: len(data) // 2])
+
+
+@pytest.mark.parametrize("state", ["truncated", "empty", "another format"])
+def test_a_damaged_benchmark_file_is_named_in_one_line(state, tmp_path, capsys, monkeypatch):
+    """n04: a truncated parquet under `eval --data_dir` ended in `pyarrow.lib.ArrowInvalid` with a traceback; the
+    training loader named the same file in one line. Both go through files.read_data_files."""
+    from vepo_trl.eval import run as eval_run
+
+    monkeypatch.setattr(eval_run, "check_model", lambda *a, **k: None)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    data = tmp_path / "data" / "geometry3k" / "data"
+    data.mkdir(parents=True)
+    file = data / "test-00000-of-00001.parquet"
+    if state == "truncated":
+        damaged_parquet(file)
+    else:
+        file.write_bytes(b"" if state == "empty" else b"id,problem\n1,what\n")
+    capsys.readouterr()  # the writer's progress bar
+    code, err = run(["eval", "--model", "m/m", "--benchmarks", "geometry3k", "--data_dir", str(tmp_path / "data"),
+                     "--output_dir", str(tmp_path / "out"), "--protocol", "rule"], capsys)  # fmt: skip
+    assert_refused(code, err, "eval", f"geometry3k: cannot read {file}: not a readable parquet file")
+
+
+@pytest.mark.parametrize("state", ["truncated", "empty"])
+def test_a_damaged_training_file_is_named_in_one_line(state, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(train_module, "load_dataset_split", REAL_LOAD_SPLIT)
+    file = tmp_path / "rows.parquet"
+    if state == "truncated":
+        damaged_parquet(file)
+    else:
+        file.write_bytes(b"")
+    capsys.readouterr()  # the writer's progress bar
+    code, err = run(["train", "--config", TINY_RECIPE, "--dataset_name", str(file), "--output_dir",
+                     str(tmp_path / "out")], capsys)  # fmt: skip
+    assert_refused(code, err, "train", f"cannot read {file}: not a readable parquet file")
+
+
+# -- The console -------------------------------------------------------------------------------------------------------
+
+
+def test_a_console_that_cannot_print_a_character_does_not_fail_a_finished_command(tmp_path):
+    """n05: with `PYTHONIOENCODING=ascii`, a command whose output names a non-ASCII folder finished its work and
+    then died printing it (`UnicodeEncodeError`, exit 1). Whatever a command prints, the console takes it."""
+    run_dir = tmp_path / "läuft"
+    run_dir.mkdir()
+    (run_dir / "trainer_state.json").write_text('{"log_history": [{"step": 1, "loss": 0.5, "reward": 0.1}]}')
+    env = {**os.environ, "PYTHONIOENCODING": "ascii", "LC_ALL": "C", "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-m", "vepo_trl", "plot", str(run_dir), "--output_dir",
+                             str(tmp_path / "übung")], capture_output=True, text=True, env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "\\xfc" in result.stdout and (tmp_path / "übung").is_dir()
+    # An error line naming the folder is printed too, not a traceback
+    result = subprocess.run([sys.executable, "-m", "vepo_trl", "plot", str(tmp_path / "nörgends")],
+                            capture_output=True, text=True, env=env)  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr and "\\xf6" in result.stderr
+
+
+@pytest.mark.slow
+def test_demo_into_a_non_ascii_folder_on_an_ascii_console(tmp_path):
+    """The newcomer's case as run: the demo trains, saves and prints its summary, exit 0."""
+    env = {**os.environ, "PYTHONIOENCODING": "ascii", "LC_ALL": "C", "PYTHONPATH": str(REPO),
+           "VEPO_TRL_CACHE": os.environ.get("VEPO_TRL_CACHE", str(tmp_path / "cache"))}  # fmt: skip
+    result = subprocess.run([sys.executable, "-m", "vepo_trl", "demo", "--max_steps", "1", "--output_dir", "o5_übung"],
+                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "o5_übung" / "summary.md").is_file()

@@ -65,7 +65,7 @@ def test_command_line_and_yaml(tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(
         f"output_dir: {tmp_path}\nuse_cpu: true\nbf16: false\nreport_to: none\n"
-        "selection_strategy: vepo_kl\nselection_ratio: 0.4\nperturbation: gaussian\nnoise_sigma: 1.5\n"
+        "selection_strategy: vepo_kl\nselection_ratio: 0.4\nperturbation: diffusion\nnoise_step: 300\n"
     )
     parser = TrlParser(VEPOConfig)
     (config,) = parser.parse_args_and_config(
@@ -74,8 +74,62 @@ def test_command_line_and_yaml(tmp_path):
     assert config.selection_strategy == "vepo_kl"
     assert config.selection_ratio == 0.4  # from the YAML
     assert config.selection_alpha == 0.3  # from the command line
-    assert config.perturbation == "gaussian" and config.noise_sigma == 1.5
+    assert config.perturbation == "diffusion" and config.noise_step == 300
     assert config.noise_annealing is True
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "refused"),
+    [
+        ({"selection_strategy": "entropy", "perturbation": "gaussian", "noise_sigma": 5.0}, "perturbation"),
+        ({"selection_strategy": "entropy", "noise_sigma": 5.0}, "noise_sigma"),
+        ({"selection_strategy": "entropy", "selection_alpha": 0.3}, "selection_alpha"),
+        ({"selection_strategy": "full", "selection_ratio": 0.3}, "selection_ratio"),
+        ({"selection_strategy": "vepo_no_jsd", "selection_alpha": 0.3}, "selection_alpha"),
+        ({"selection_strategy": "vppo", "selection_alpha": 0.3}, "selection_alpha"),
+        ({"perturbation": "gaussian", "noise_step": 300}, "noise_step"),
+        ({"perturbation": "diffusion", "noise_sigma": 1.0}, "noise_sigma"),
+        ({"perturbation": "mean_image", "patch_probability": 0.3}, "patch_probability"),
+        ({"noise_annealing_midpoint": 10}, "noise_annealing_midpoint"),
+        ({"selection_strategy": "entropy", "perturbation_seed": 7}, "perturbation_seed"),
+        ({"selection_strategy": "random", "selection_ratio": 0.3}, None),
+        ({"selection_strategy": "vppo", "perturbation": "gaussian", "noise_sigma": 1.0}, None),
+        ({"perturbation": "patch_blackout", "patch_probability": 0.3}, None),
+        ({"noise_annealing": True, "noise_annealing_midpoint": 10}, None),
+        ({"selection_strategy": "vepo_additive", "selection_alpha": 0.3, "selection_ratio": 0.4}, None),
+        ({"selection_strategy": "entropy", "noise_step": 500, "perturbation_seed": 42}, None),  # defaults, the seed
+    ],
+)
+def test_a_setting_the_run_never_reads_is_refused(kwargs, refused):
+    """t20: `--selection_strategy entropy --perturbation gaussian --noise_sigma 5` trained, recorded both, and ran no
+    perturbed pass. Which settings a run reads comes from the registries (each function's keyword parameters)."""
+    base = {"output_dir": "unused", "use_cpu": True, "bf16": False, "report_to": "none", "seed": 42}
+    if refused is None:
+        VEPOConfig(**base, **kwargs)
+        return
+    with pytest.raises(ValueError, match=rf"^--{refused} .* is set, and this run never reads it \("):
+        VEPOConfig(**base, **kwargs)
+
+
+def test_what_a_strategy_declares_it_reads_is_what_changes_its_selection():
+    """The registry's rule (a strategy reads the settings its function takes) against behaviour: on random signals,
+    changing k or alpha changes the mask of exactly the strategies said to read it."""
+    import torch
+
+    from vepo_trl.scoring import SELECTION_STRATEGIES, TokenSignals
+
+    generator = torch.Generator().manual_seed(0)
+    shape = (4, 64)
+    signals = TokenSignals(**{name: torch.rand(shape, generator=generator) for name in (
+        "entropy", "perturbed_entropy", "jsd", "kl", "logp", "perturbed_logp")})  # fmt: skip
+    mask = torch.ones(shape, dtype=torch.bool)
+    seeds = torch.arange(4)
+    for name, strategy in SELECTION_STRATEGIES.items():
+        base = strategy.fn(signals, mask, ratio=0.2, alpha=0.7, seeds=seeds)
+        other_k = strategy.fn(signals, mask, ratio=0.5, alpha=0.7, seeds=seeds)
+        other_alpha = strategy.fn(signals, mask, ratio=0.2, alpha=0.1, seeds=seeds)
+        assert (not torch.equal(base, other_k)) == ("ratio" in strategy.reads), name
+        assert (not torch.equal(base, other_alpha)) == ("alpha" in strategy.reads), name
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from tests.support import overridden
 from tests.test_eval_judge import SECRET, FakeOpenAI
 from vepo_trl.cli import main as cli_main
 from vepo_trl.eval import generate as generate_module
@@ -115,17 +116,6 @@ def test_all_seven_then_resume_then_refuse(tiny_model_dir, data_dir, tmp_path, m
     with pytest.raises(SystemExit):
         cli_main([*args, "--dtype", "float32"])
     assert 'generation.dtype: "auto" -> "float32"' in capsys.readouterr().err
-
-
-def overridden(argv: list[str], *options: str) -> list[str]:
-    """`argv` with `options` (flag value pairs) replacing the same flags' values, or added (a flag is given once)."""
-    argv = list(argv)
-    for flag, value in zip(options[::2], options[1::2]):
-        if flag in argv:
-            argv[argv.index(flag) + 1] = value
-        else:
-            argv += [flag, value]
-    return argv
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
+from tests.support import overridden
 from vepo_trl import VEPOTrainer
 from vepo_trl.cli import main as cli_main
 from vepo_trl.train import main, make_parser
@@ -220,7 +221,7 @@ def test_train_reports_like_the_demo_and_replaces_an_earlier_report(tmp_path, ca
     ],
 )
 def test_demo_summary_states_exactly_what_ran(tmp_path, argv, present, absent):
-    cli_main(["demo", "--output_dir", str(tmp_path / "demo"), *SHORT, *argv])
+    cli_main(overridden(["demo", "--output_dir", str(tmp_path / "demo"), *SHORT], *argv))
     summary = (tmp_path / "demo" / "summary.md").read_text()
     assert "nan" not in summary.replace("annealed", "")
     for text in present:

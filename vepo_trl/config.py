@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
@@ -237,8 +238,60 @@ class VEPOConfig(GRPOConfig):
                 f"stack on selection_strategy={self.selection_strategy!r}. Leave top_entropy_quantile at 1.0 and use "
                 "selection_strategy='entropy' with selection_ratio for per-response top-k entropy."
             )
+        check_settings_read(self)
         if self.perturbation_seed is None:
             self.perturbation_seed = self.seed
+
+
+# A registered function's keyword argument -> the VEPOConfig settings that feed it (`unread_settings`)
+STRATEGY_SETTINGS = {"ratio": ("selection_ratio",), "alpha": ("selection_alpha",)}
+PERTURBATION_SETTINGS = {
+    "noise_step": ("noise_step", "noise_annealing", "noise_annealing_coefficient", "noise_annealing_midpoint"),
+    "sigma": ("noise_sigma",),
+    "patch_probability": ("patch_probability",),
+}
+
+
+def unread_settings(args) -> dict[str, str]:
+    """The VEPO settings this run never reads, each with why, derived from the registries: a strategy reads the
+    settings its function takes (`SelectionStrategy.reads`), a perturbation likewise (`perturbation_reads`), and no
+    perturbation setting is read by a strategy without a perturbed pass. The model card and the report leave these
+    out; `check_settings_read` refuses one that was set."""
+    from .perturb import perturbation_reads
+    from .scoring import get_strategy
+
+    strategy = get_strategy(args.selection_strategy)
+    unread = {}
+    for keyword, names in STRATEGY_SETTINGS.items():
+        if keyword not in strategy.reads:
+            unread.update(dict.fromkeys(names, f"selection_strategy {strategy.name} does not read it"))
+    perturbation = (
+        "perturbation",
+        "perturbation_seed",
+        *(n for names in PERTURBATION_SETTINGS.values() for n in names),
+    )
+    if not strategy.needs_perturbed_pass:
+        unread.update(dict.fromkeys(perturbation, f"selection_strategy {strategy.name} runs no perturbed pass"))
+        return unread
+    reads = perturbation_reads(args.perturbation)
+    for keyword, names in PERTURBATION_SETTINGS.items():
+        if keyword not in reads:
+            unread.update(dict.fromkeys(names, f"perturbation {args.perturbation} does not read it"))
+    if "noise_step" in reads and not args.noise_annealing:
+        why = "noise_annealing is false (the noise step stays at noise_step)"
+        unread.update(dict.fromkeys(("noise_annealing_coefficient", "noise_annealing_midpoint"), why))
+    return unread
+
+
+def check_settings_read(args) -> None:
+    """Nothing set is ignored: a VEPO setting given a value other than its default, which the run never reads (by
+    `unread_settings`), is a `ValueError` naming it. One rule for the CLI, recipes and `VEPOConfig(...)` in Python."""
+    defaults = {f.name: f.default for f in dataclasses.fields(VEPOConfig) if f.default is not dataclasses.MISSING}
+    for name, why in unread_settings(args).items():
+        value = getattr(args, name)
+        if value == defaults.get(name, value) or (name == "perturbation_seed" and value in (None, args.seed)):
+            continue
+        raise ValueError(f"--{name} {value} is set, and this run never reads it ({why}): drop it.")
 
 
 def _hardware_supports_bf16() -> bool:

@@ -10,7 +10,7 @@ from importlib.metadata import version
 from huggingface_hub import ModelCard, ModelCardData
 from trl.trainer.utils import get_config_model_id
 
-from .run_summary import _USES_ALPHA, method_name, perturbation_text, selection_text
+from .run_summary import method_name, perturbation_text, selection_text
 from .scoring import get_strategy
 
 
@@ -63,21 +63,9 @@ def summarize_metrics(log_history: list[dict]) -> tuple[list[tuple[str, str, str
 
 def card_settings(args) -> list[tuple[str, str]]:
     """(key, value) of the settings that shaped this run: no noise step for an entropy run, no k for full GRPO."""
-    strategy = get_strategy(args.selection_strategy)
-    skip = set()
-    if strategy.count == "all":
-        skip.add("selection_ratio")
-    if strategy.name not in _USES_ALPHA:
-        skip.add("selection_alpha")
-    if not strategy.needs_perturbed_pass:
-        skip |= {"perturbation", "noise_step", "noise_annealing", "noise_sigma", "patch_probability"}
-    else:
-        if args.perturbation != "diffusion":
-            skip |= {"noise_step", "noise_annealing"}
-        if args.perturbation not in ("gaussian", "gaussian_release"):
-            skip.add("noise_sigma")
-        if args.perturbation != "patch_blackout":
-            skip.add("patch_probability")
+    from .config import unread_settings
+
+    skip = set(unread_settings(args))
     return [(key, _format(getattr(args, key))) for key in CARD_SETTINGS if key not in skip]
 
 

@@ -414,6 +414,15 @@ def register_perturbation(name: str):
     return decorator
 
 
+def perturbation_reads(name: str) -> frozenset[str]:
+    """The settings a perturbation takes (`noise_step`, `sigma`, `patch_probability`, ...): its keyword-only
+    parameters, as its function declares them."""
+    import inspect
+
+    parameters = inspect.signature(get_perturbation(name)).parameters.values()
+    return frozenset(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
 def get_perturbation(name: str) -> PerturbationFn:
     try:
         return PERTURBATIONS[name]

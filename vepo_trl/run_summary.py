@@ -16,8 +16,6 @@ from .run_folder import write_text_atomically
 from .scoring import get_strategy
 
 
-# Strategies whose score reads alpha (the JSD / entropy-gap weight)
-_USES_ALPHA = {"vepo", "vepo_no_entropy", "vepo_kl", "vepo_bottom", "vepo_positive_gap", "vepo_additive"}
 # The files a report writes next to the saved model
 REPORT_FILES = ("summary.md", "metrics.jsonl")
 
@@ -40,9 +38,9 @@ def method_name(strategy: str) -> str:
 def selection_text(args) -> str:
     strategy = get_strategy(args.selection_strategy)
     parts = [f"`{strategy.name}` ({strategy.description.rstrip('.')})"]
-    if strategy.count != "all":
+    if "ratio" in strategy.reads:
         parts.append(f"k = {args.selection_ratio:g}")
-    if strategy.name in _USES_ALPHA:
+    if "alpha" in strategy.reads:
         parts.append(f"alpha = {args.selection_alpha:g}")
     return ", ".join(parts)
 

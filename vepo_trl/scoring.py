@@ -368,6 +368,15 @@ class SelectionStrategy:
         return bool(self.signals & PERTURBED_SIGNALS)
 
     @property
+    def reads(self) -> frozenset[str]:
+        """The settings `fn` takes (`ratio`, `alpha`, `seeds`): its keyword-only parameters, so what a strategy reads
+        is what its function declares (`config.unread_settings` refuses a setting none of the run's parts reads)."""
+        import inspect
+
+        parameters = inspect.signature(self.fn).parameters.values()
+        return frozenset(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+    @property
     def needs_signals(self) -> bool:
         return bool(self.signals)
 

@@ -336,6 +336,7 @@ def run_one(
 
     from ..config import VEPOConfig
     from ..rewards import get_reward_funcs
+    from ..scoring import get_strategy
     from ..trainer import VEPOTrainer
 
     torch.set_num_threads(1)
@@ -352,11 +353,15 @@ def run_one(
     train = make_rl_dataset(settings.train_rows, seed=1000 + seed, image_size=ws.image_size, kinds=task.kinds)
     heldout = validation_dataset(ws, settings.eval_rows) if validation else heldout_dataset(ws, settings.eval_rows)
     learning_rate = settings.learning_rate_of(arm)
+    # k and alpha where the arm's strategy reads them (VEPOConfig refuses a setting the run never reads)
+    reads = get_strategy(arm.strategy).reads
+    selection = {"selection_ratio": arm.ratio} if "ratio" in reads else {}
+    if "alpha" in reads:
+        selection["selection_alpha"] = settings.selection_alpha
     args = VEPOConfig(
         output_dir=str(output_dir),
         selection_strategy=arm.strategy,
-        selection_ratio=arm.ratio,
-        selection_alpha=settings.selection_alpha,
+        **selection,
         perturbation="diffusion",
         noise_step=500,
         num_generations=settings.num_generations,

@@ -50,6 +50,7 @@ from vepo_trl.run_folder import (
     write_record,
 )
 from vepo_trl.trainer import VEPOTrainer
+from vepo_trl.trainer_inputs import check_packages, check_train_rows
 from vepo_trl.validation import check_combinations, check_object, rules_for
 
 
@@ -210,39 +211,11 @@ def check_nothing_ignored(script_args, training_args, model_args, given=()) -> N
             f"--eval_dataset_name {script_args.eval_dataset_name} is never used with eval_strategy 'no': add "
             "--eval_strategy steps --eval_steps N (or epoch), or drop --eval_dataset_name."
         )
-    _check_integrations(training_args)
+    check_packages(training_args)
 
 
 def _value(option):
     return getattr(option, "value", option)
-
-
-def _check_integrations(training_args) -> None:
-    """Reporting and kernel integrations that are not installed: one line now, not an ImportError after loading."""
-    from transformers.integrations import get_available_reporting_integrations
-    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
-
-    available = set(get_available_reporting_integrations())
-    for name in training_args.report_to or []:
-        if name in ("none", "all"):
-            continue
-        if name not in INTEGRATION_TO_CALLBACK:
-            raise UsageError(
-                f"--report_to {name}: not a reporting integration; one of none, all, "
-                f"{', '.join(sorted(INTEGRATION_TO_CALLBACK))}."
-            )
-        if name not in available:
-            raise UsageError(
-                f"--report_to {name}: its package is not installed (pip install {name}), or pass --report_to none."
-            )
-    if getattr(training_args, "use_liger_kernel", False):
-        from trl.import_utils import is_liger_kernel_available
-
-        if not is_liger_kernel_available():
-            raise UsageError(
-                "--use_liger_kernel true needs the liger-kernel package (pip install liger-kernel), which is not "
-                "installed: install it or drop the flag."
-            )
 
 
 def _check_hub_dataset(field_name: str, name: str) -> None:
@@ -542,6 +515,7 @@ def _run(script_args, training_args, model_args, *, quiet: bool) -> VEPOTrainer 
         script_args.max_train_samples,
         image_factor,
     )
+    check_train_rows(train_dataset, training_args, f"dataset_name {script_args.dataset_name}")
     fingerprint = data_fingerprint(train_dataset)
     check_same_data(output_dir, fingerprint, resuming=plan.checkpoint is not None)
     eval_dataset = None

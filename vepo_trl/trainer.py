@@ -46,7 +46,7 @@ from .run_folder import foreign_card
 from .scoring import TOKEN_COUNT_NORMALISED_LOSSES, get_strategy
 from .selection_pipeline import COUNT_SCALE_KEY, SELECTION_KEY, SelectionPipeline, SelectionSamplesFile
 from .sharding import maybe_align_vision_tower, maybe_unshard_fused_head
-from .trainer_inputs import check_text_only, checked_model, named_rewards_resolved
+from .trainer_inputs import check_text_only, checked_model, named_rewards_resolved, prepared_datasets
 from .vllm_prompts import UnexpandedVLLMPrompts, check_vllm, guard_vllm_rollouts, images_only_engine
 
 
@@ -96,9 +96,8 @@ class VEPOTrainer(
             )
         if args.use_vllm:
             check_vllm(model, args.vllm_mode)  # before the model and vLLM load
+        pos_args, kwargs = prepared_datasets(args, pos_args, kwargs)  # packages, data as the CLI takes them
         train_dataset = kwargs.get("train_dataset", pos_args[0] if pos_args else None)
-        if train_dataset is not None and hasattr(train_dataset, "__len__") and len(train_dataset) == 0:
-            raise ValueError("train_dataset is empty: VEPOTrainer would train 0 steps. Check the data set's split.")
         if isinstance(model, str):
             model = resolve_model_name(model)  # `tiny-qwen2.5-vl`: the offline tiny model, built and cached once
         check_text_only(model, args.selection_strategy, train_dataset, kwargs.get("processing_class"))

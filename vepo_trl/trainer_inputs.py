@@ -9,6 +9,8 @@ import os
 
 import torch
 
+from .errors import UsageError
+
 
 def checked_model(model):
     """A model id or folder (`str`, `pathlib.Path`) or a model object; anything else refused in one line."""
@@ -81,3 +83,88 @@ def named_rewards_resolved(reward_funcs):
                     for item in items]  # fmt: skip
         return resolved if isinstance(reward_funcs, (list, tuple)) else resolved[0]
     return reward_funcs
+
+
+def prepared_datasets(args, pos_args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """`VEPOTrainer(...)`'s settings' packages checked (`check_packages`), and its data sets as the CLI would train them: TRL's plain-text prompt form with images converted
+    to the conversational one (`load_vepo_dataset`'s conversion of the same rows; TRL refuses it for multimodal
+    training at the first step), and a training set too small for one step refused (`check_train_rows`)."""
+    check_packages(args)  # reporting and kernel packages the settings need, as the CLI checks them
+    pos_args, kwargs = list(pos_args), dict(kwargs)
+    for index, key in enumerate(("train_dataset", "eval_dataset")):
+        if index < len(pos_args):
+            pos_args[index] = conversational_dataset(pos_args[index], key)
+        elif key in kwargs:
+            kwargs[key] = conversational_dataset(kwargs[key], key)
+    train = pos_args[0] if pos_args else kwargs.get("train_dataset")
+    check_train_rows(train, args, "train_dataset")
+    return tuple(pos_args), kwargs
+
+
+def conversational_dataset(dataset, name: str):
+    """A `datasets.Dataset` of plain-text prompts (a "prompt" string column) with an "images" / "image" column, as
+    `load_vepo_dataset` converts the same rows (system prompt, image parts, images resized); anything else as is."""
+    import datasets
+
+    if isinstance(dataset, dict):
+        return {key: conversational_dataset(value, f"{name}[{key!r}]") for key, value in dataset.items()}
+    if not isinstance(dataset, datasets.Dataset) or len(dataset) == 0:
+        return dataset
+    columns = dataset.column_names
+    feature = dataset.features.get("prompt")
+    plain = isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")
+    if not plain or not {"images", "image"} & set(columns):
+        return dataset
+    import logging
+
+    from .data.loaders import convert_dataset
+
+    logging.getLogger(__name__).info("%s: plain-text prompts with images, converted to conversational prompts", name)
+    return convert_dataset(dataset, source=name)
+
+
+def check_train_rows(dataset, args, name: str) -> None:
+    """Fewer rows than one generation's prompts train 0 steps (TRL's sampler drops an incomplete batch) and save the
+    untouched model as the run's: refused in one line, as an empty set is. A stream's length is not known here."""
+
+    if dataset is None or not hasattr(dataset, "__len__"):
+        return
+    rows = len(dataset)
+    if rows == 0:
+        raise UsageError(f"{name} is empty: VEPOTrainer would train 0 steps. Check the data set's split.")
+    needed = args.generation_batch_size // args.num_generations
+    if rows < needed:
+        raise UsageError(
+            f"{name} has {rows} row{'' if rows == 1 else 's'}, and one generation takes {needed} prompts "
+            f"(generation_batch_size {args.generation_batch_size} / num_generations {args.num_generations}), so no "
+            "step would train: add rows, or lower per_device_train_batch_size (or steps_per_generation)."
+        )
+
+
+def check_packages(training_args) -> None:
+    """Reporting and kernel integrations that are not installed: one line now, not an ImportError after the model
+    loaded. Run by the CLI before anything loads and by `VEPOTrainer` itself, so Python callers get the same line."""
+    from transformers.integrations import get_available_reporting_integrations
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    available = set(get_available_reporting_integrations())
+    for name in training_args.report_to or []:
+        if name in ("none", "all"):
+            continue
+        if name not in INTEGRATION_TO_CALLBACK:
+            raise UsageError(
+                f"--report_to {name}: not a reporting integration; one of none, all, "
+                f"{', '.join(sorted(INTEGRATION_TO_CALLBACK))}."
+            )
+        if name not in available:
+            raise UsageError(
+                f"--report_to {name}: its package is not installed (pip install {name}), or pass --report_to none."
+            )
+    if getattr(training_args, "use_liger_kernel", False):
+        from trl.import_utils import is_liger_kernel_available
+
+        if not is_liger_kernel_available():
+            raise UsageError(
+                "--use_liger_kernel true needs the liger-kernel package (pip install liger-kernel), which is not "
+                "installed: install it or drop the flag."
+            )

@@ -286,7 +286,9 @@ def test_geometry3k_conversion_and_drop_log(hub, caplog):
     dataset = load_vepo_dataset("geometry3k")
 
     assert hub == [("hiyouga/geometry3k", "train")]
-    assert dataset.column_names == OUTPUT_COLUMNS
+    # The release's extra columns stay beside the output ones (TRL hands them to the reward functions)
+    assert dataset.column_names == [*OUTPUT_COLUMNS, "choices", "ground_truth"]
+    assert dataset[0]["choices"] == ["1", "2", "3", "4"]
     assert isinstance(dataset.features["images"], datasets.List)
     assert isinstance(dataset.features["images"].feature, datasets.Image)
     assert len(dataset) == GEOMETRY3K_TRAIN_KEPT

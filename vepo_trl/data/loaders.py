@@ -515,7 +515,8 @@ def _convert_row(
         reason = err.reason
         row[_DETAIL_COLUMN] = " ".join(str(err).split())
     row_id = example.get(columns.id) if columns.id else None
-    row["source"] = source
+    if "source" not in example:  # a row's own source (a column of the user's data) is kept
+        row["source"] = source
     row["id"] = f"{source}/{split}/{index if row_id is None or row_id == '' else row_id}"
     row[_DROP_COLUMN] = reason
     row.setdefault(_DETAIL_COLUMN, "")
@@ -554,13 +555,17 @@ def convert_dataset(
     _check_pixel_bounds(min_pixels, max_pixels, image_factor)
     where = origin or f"{source}/{split}"
     columns = _resolve_columns(dataset.column_names, where)
-    # Other columns are not needed, and reading them could decode images that are never used.
-    dataset = dataset.select_columns(
-        [name for name in (columns.problem, columns.answer, columns.image, columns.id) if name]
-    )
-    feature = dataset.features.get(columns.image)
-    if feature is not None and _without_decoding(feature) != feature:
-        dataset = dataset.cast_column(columns.image, _without_decoding(feature))
+    # The row's other columns stay as they are (`difficulty`, a user's own `source`): TRL hands a data set's extra
+    # columns to the reward functions, and a custom reward may read them. The converted ones (and a column named as
+    # an output other than `source`) are replaced.
+    consumed = {columns.problem, columns.answer, columns.image, columns.id} | (set(OUTPUT_FEATURES) - {"source"})
+    kept = [name for name in dataset.column_names if name not in consumed]
+    for name in (columns.image, *kept):  # images stay undecoded bytes until they are read (never, for extra ones)
+        feature = dataset.features.get(name)
+        if feature is not None and _without_decoding(feature) != feature:
+            dataset = dataset.cast_column(name, _without_decoding(feature))
+    if kept:
+        logger.info("%s: kept the columns %s beside the prompt, images and answer", where, kept)
     total = len(dataset)
     converted = dataset.map(
         _convert_row,
@@ -574,9 +579,14 @@ def convert_dataset(
             "max_pixels": max_pixels,
             "image_factor": image_factor,
         },
-        remove_columns=dataset.column_names,
+        remove_columns=[name for name in dataset.column_names if name not in kept],
         features=datasets.Features(
-            {**OUTPUT_FEATURES, _DROP_COLUMN: datasets.Value("string"), _DETAIL_COLUMN: datasets.Value("string")}
+            {
+                **OUTPUT_FEATURES,
+                **{name: dataset.features[name] for name in kept},
+                _DROP_COLUMN: datasets.Value("string"),
+                _DETAIL_COLUMN: datasets.Value("string"),
+            }
         ),
         num_proc=num_proc,
         writer_batch_size=_WRITER_BATCH_SIZE,
@@ -719,7 +729,9 @@ def load_vepo_dataset(
             convert_dataset(_load_hub(part, part_split, load_kwargs), source=part, split=part_split, **options)
             for part, part_split in PAPER_MIX
         ]
-        return datasets.concatenate_datasets(parts).shuffle(seed=seed)
+        # The parts' own extra columns differ (Geometry3K's choices): the mix keeps the columns they share
+        shared = [name for name in parts[0].column_names if all(name in part.column_names for part in parts)]
+        return datasets.concatenate_datasets([part.select_columns(shared) for part in parts]).shuffle(seed=seed)
     if key in _NAME_ALIASES:
         name = _NAME_ALIASES[key]
         return convert_dataset(_load_hub(name, split, load_kwargs), source=name, split=split, **options)

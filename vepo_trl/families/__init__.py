@@ -185,7 +185,23 @@ def _named(datasets: dict) -> list[tuple[str, object]]:
             pairs += [(f"{name}[{key!r}]", value) for key, value in dataset.items() if value is not None]
         elif dataset is not None:
             pairs.append((name, dataset))
-    return pairs
+    # A stream (`streaming=True`, `to_iterable_dataset()`) has no length: its first rows stand for it
+    pairs = [(name, dataset if hasattr(dataset, "__len__") else _head_of_stream(dataset)) for name, dataset in pairs]
+    return [(name, dataset) for name, dataset in pairs if dataset is not None]
+
+
+def _head_of_stream(stream, rows: int = 16):
+    """The first `rows` rows of a stream as a `datasets.Dataset`, or None where they cannot be read here (a start-up
+    check never stops a run that would train: TRL reads the stream itself)."""
+    import itertools
+
+    import datasets
+
+    try:
+        head = list(itertools.islice(iter(stream), rows))
+        return datasets.Dataset.from_list(head) if head else None
+    except Exception:  # noqa: BLE001 - a stream that cannot be read twice, rows datasets cannot tabulate
+        return None
 
 
 def _image_parts(prompt) -> int:

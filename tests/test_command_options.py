@@ -36,18 +36,11 @@ class Reached(BaseException):
 
 def parsers() -> dict[str, argparse.ArgumentParser]:
     """Every command with its own parser, as the CLI builds it."""
-    from vepo_trl.eval.run import make_parser as eval_parser
-    from vepo_trl.insight.analyze_command import analyze_parser
-    from vepo_trl.insight.inspect_command import inspect_parser
-    from vepo_trl.insight.plot_command import plot_parser
-    from vepo_trl.lab import make_parser as lab_parser
+    import importlib
 
     return {
-        "eval": eval_parser(),
-        "inspect": inspect_parser(),
-        "analyze": analyze_parser(),
-        "plot": plot_parser(),
-        "lab": lab_parser(),
+        name: importlib.import_module(f"vepo_trl.commands.{name}").make_parser()
+        for name in ("eval", "inspect", "analyze", "plot", "lab")
     }
 
 

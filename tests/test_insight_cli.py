@@ -143,7 +143,12 @@ def no_model_loading(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the arguments were checked")
 
-    monkeypatch.setattr(commands, "_load_model", refuse)
+    # The command modules bind the name when first imported: patched there too, after importing them (a first import
+    # under this patch would otherwise keep `refuse` for the rest of the session)
+    from vepo_trl.insight import analyze_command, inspect_command
+
+    for module in (commands, inspect_command, analyze_command):
+        monkeypatch.setattr(module, "_load_model", refuse)
 
 
 @pytest.mark.parametrize(

@@ -332,7 +332,7 @@ def test_sweep_picks_each_rules_best_learning_rate():
 
 def test_cli_learning_rates_go_on_top_of_the_tasks(monkeypatch):
     import vepo_trl.lab.run as lab_run
-    from vepo_trl.lab import main
+    from vepo_trl.commands.lab import main
 
     seen = {}
     monkeypatch.setattr(lab_run, "run_lab", lambda settings, *a, **k: seen.setdefault("settings", settings))

@@ -1,7 +1,7 @@
 """The one parser of every command with its own options (`eval`, `inspect`, `analyze`, `plot`, `lab`,
 `strategies`): argparse whose errors are one line (exit 2), which refuses a flag given twice, and whose every parsed
 value goes through the one table of option rules (`validation.OPTION_RULES`). `train` and `demo` take TRL's parser;
-the same repeat rule and table (`validation.RANGES`) reach them through `cli._parse`."""
+the same repeat rule and table (`validation.RANGES`) reach them through `commands.train._parse`."""
 
 from __future__ import annotations
 

@@ -41,14 +41,9 @@ def rule_grade(completion: str, gold: str, choices: Sequence[str] | None = None)
 # Protocols: which grader gives a record's verdict
 # ----------------------------------------------------------------------------------------------------------------------
 
-PROTOCOLS = ("paper", "lenient", "rule")
-PROTOCOL_HELP = {
-    "paper": "the VEPO release's per-benchmark procedures (mathruler, exact yes/no, judge extraction then exact match, "
-    "the MathVerse scoring prompt, We-Math letter extraction; MMK12 by MM-EUREKA's judge)",
-    "lenient": "one gold-aware equivalence judge on the judged benchmarks (accepts 1.20 for 1.2, option text for the "
-    "letter), rule elsewhere",
-    "rule": "no judge: last \\boxed{} with math-verify, option letter or text, yes/no",
-}
+from .names import PROTOCOL_HELP, PROTOCOLS  # noqa: E402,F401  (light, for the command's parser)
+
+
 # Benchmarks whose verdict comes from the judge under each protocol
 JUDGED = {"paper": PAPER_JUDGED, "lenient": PAPER_JUDGED, "rule": frozenset()}
 

@@ -10,28 +10,25 @@
 `analysis` and `plots` import matplotlib when they draw; nothing here imports TRL's trainers.
 """
 
-from .page import render_page, write_page
-from .records import (
-    SelectionRecord,
-    image_to_data_uri,
-    load_records,
-    marked_completion,
-    prompt_text,
-    records_from_signals,
-    save_records,
-    token_texts,
-)
+# Loaded on first use (PEP 562): `inspect`, `analyze` and `plot` parse their options before torch is imported
+_EXPORTS = {
+    "render_page": "page",
+    "write_page": "page",
+    "SelectionRecord": "records",
+    "image_to_data_uri": "records",
+    "load_records": "records",
+    "marked_completion": "records",
+    "prompt_text": "records",
+    "records_from_signals": "records",
+    "save_records": "records",
+    "token_texts": "records",
+}
+__all__ = sorted(_EXPORTS)
 
 
-__all__ = [
-    "SelectionRecord",
-    "image_to_data_uri",
-    "load_records",
-    "marked_completion",
-    "prompt_text",
-    "records_from_signals",
-    "render_page",
-    "save_records",
-    "token_texts",
-    "write_page",
-]
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)

@@ -7,12 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..options import OneLineParser
 from .commands import (
     UsageError,
-    _add_generation_args,
-    _add_model_args,
-    _add_settings_args,
     _check_model,
     _dataset_bounds,
     _load_model,
@@ -20,7 +16,6 @@ from .commands import (
     _pixel_bounds,
     _read_recipe,
     _settings,
-    fail,
 )
 
 
@@ -28,54 +23,20 @@ from .commands import (
 # analyze
 # ---------------------------------------------------------------------------------------------------------------------
 
-ANALYZE_HELP = """The paper's selection analysis (section 2.2, Fig. 2, Fig. 5c) over a data set and a model.
 
-For each prompt, sample --num_generations responses, compute H, JSD and |dH| per token with the clean and perturbed
-image, and count per response: how many top-k JSD tokens (and top-k |dH| tokens) top-k entropy also keeps, and how
-many top-k JSD tokens the selection (VEPO) misses, for each k. Writes analysis.json, analysis.md (the table),
-recall.png and entropy_vs_jsd.png (the joint distribution, Fig. 2a) under --output_dir.
-
-Example:
-  vepo-trl analyze --model tiny-qwen2.5-vl --dataset synthetic --limit 16 --output_dir vepo-analysis
-"""
-
-
-def analyze_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="vepo-trl analyze", description=ANALYZE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    data = parser.add_argument_group("data")
-    data.add_argument("--dataset", required=True, help="Data set name or local file (synthetic generates rows).")
-    data.add_argument("--split", default="train")
-    data.add_argument("--limit", type=int, default=32, help="Prompts to analyse (the first N rows). Default 32.")
-    _add_model_args(parser)
-    _add_settings_args(parser, with_k=False)
-    parser.add_argument(
-        "--ratios", nargs="+", type=float, default=[0.1, 0.2, 0.4, 0.8], help="The k values. Default 0.1 0.2 0.4 0.8."
-    )
-    _add_generation_args(parser, num_generations=4)
-    parser.add_argument("--output_dir", default="vepo-analysis")
-    parser.add_argument("--save_records", help="Also save every response's selection records (JSON Lines) here.")
-    return parser
-
-
-def analyze_main(argv: list[str]) -> None:
-    parser = analyze_parser()
-    args = parser.parse_args(argv)
-    try:
-        recipe = _read_recipe(args.config) if args.config else {}
-        model_name = _check_model(args.model or recipe.get("model_name_or_path"))
-        settings = _settings(args, recipe)
-        # --output_dir, --limit and --ratios went through the option table as they were parsed
-        bounds = _pixel_bounds(args, recipe)
-        dataset = _load_rows(args.dataset, args.split, args.limit, _dataset_bounds(args, bounds))
-        rows = [dataset[i] for i in range(min(args.limit, len(dataset)))]
-        rows = [row for row in rows if row.get("images")]
-        if not rows:
-            raise UsageError(f"--dataset {args.dataset}: no rows with an image")
-        model, processor, _ = _load_model(model_name, args.device, args.dtype)
-    except UsageError as error:
-        fail(parser.prog, error)
+def analyze_main(args: argparse.Namespace) -> None:
+    """`vepo-trl analyze`'s work on its parsed options (`vepo_trl.commands.analyze`); user errors raise `UsageError`."""
+    recipe = _read_recipe(args.config) if args.config else {}
+    model_name = _check_model(args.model or recipe.get("model_name_or_path"))
+    settings = _settings(args, recipe)
+    # --output_dir, --limit and --ratios went through the option table as they were parsed
+    bounds = _pixel_bounds(args, recipe)
+    dataset = _load_rows(args.dataset, args.split, args.limit, _dataset_bounds(args, bounds))
+    rows = [dataset[i] for i in range(min(args.limit, len(dataset)))]
+    rows = [row for row in rows if row.get("images")]
+    if not rows:
+        raise UsageError(f"--dataset {args.dataset}: no rows with an image")
+    model, processor, _ = _load_model(model_name, args.device, args.dtype)
 
     analysis, records = run_analysis(model, processor, rows, settings, args=args)
     meta = {

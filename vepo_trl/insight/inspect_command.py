@@ -7,14 +7,10 @@ import os
 from pathlib import Path
 
 from ..errors import check_output_folder
-from ..options import OneLineParser
 from .commands import (
     SYNTHETIC_DATASET,
     SYNTHETIC_ROWS,
     UsageError,
-    _add_generation_args,
-    _add_model_args,
-    _add_settings_args,
     _check_model,
     _check_rewards,
     _dataset_bounds,
@@ -24,57 +20,12 @@ from .commands import (
     _read_recipe,
     _rewards,
     _settings,
-    fail,
 )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # inspect
 # ---------------------------------------------------------------------------------------------------------------------
-
-INSPECT_HELP = """Write one self-contained HTML page showing which tokens of a model's responses VEPO trains on.
-
-Sources (one of):
-  --image PATH --question TEXT      a question about an image
-  --dataset NAME --index I          a row of a data set (synthetic, geometry3k, a local file, ...)
-  --records FILE                    selection records saved by a run or by --save_records (no model needed)
-
-Examples:
-  vepo-trl inspect --model tiny-qwen2.5-vl --dataset synthetic --index 3 --output page.html
-  vepo-trl inspect --model Qwen/Qwen2.5-VL-7B-Instruct --image fig.png --question "Find x." --num_generations 8
-  vepo-trl demo --selection_samples_steps 5 && vepo-trl inspect --records vepo-demo/selection_samples.jsonl
-"""
-
-
-def inspect_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="vepo-trl inspect", description=INSPECT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    source = parser.add_argument_group("source")
-    source.add_argument("--image", help="Image file of the prompt.")
-    source.add_argument("--question", help="The question (an <image> placeholder marks where the image goes).")
-    source.add_argument("--answer", help="Reference answer: the page then shows each completion's reward.")
-    source.add_argument("--dataset", help="Data set name or local file; the row's answer gives the rewards.")
-    source.add_argument("--split", default="train")
-    source.add_argument("--index", type=int, default=None, help="Row of --dataset. Default 0.")
-    source.add_argument("--records", help="Render saved selection records (JSON Lines) instead of running a model.")
-    source.add_argument("--response", action="append", help="Score this response instead of sampling (repeatable).")
-    _add_model_args(parser)
-    _add_settings_args(parser)
-    _add_generation_args(parser, num_generations=4)
-    rewards = parser.add_argument_group("rewards")
-    rewards.add_argument("--reward_funcs", nargs="+", default=["accuracy", "format"])
-    rewards.add_argument("--reward_weights", nargs="+", type=float, default=[0.9, 0.1])
-    output = parser.add_argument_group("output")
-    output.add_argument(
-        "--output",
-        default=None,
-        help=f"The HTML page to write (default: {DEFAULT_PAGE}, or {DEFAULT_PAGE.replace('.html', '-2.html')}, ... "
-        "when an earlier page has that name: a page is replaced only when named).",
-    )
-    output.add_argument("--save_records", help="Also save the selection records (JSON Lines) here.")
-    output.add_argument("--title", default=None)
-    return parser
 
 
 def _inspect_source(args: argparse.Namespace) -> str:
@@ -148,60 +99,56 @@ def _summary_line(records) -> str:
     )
 
 
-def inspect_main(argv: list[str]) -> None:
-    parser = inspect_parser()
-    args = parser.parse_args(argv)
-    try:
-        source = _inspect_source(args)
-        if source == "records":
-            from .records import load_records
+def inspect_main(args: argparse.Namespace) -> None:
+    """`vepo-trl inspect`'s work on its parsed options (`vepo_trl.commands.inspect`); user errors raise `UsageError`."""
+    source = _inspect_source(args)
+    if source == "records":
+        from .records import load_records
 
-            try:
-                records = load_records(args.records)
-            except ValueError as error:
-                raise UsageError(f"--records: {error}") from None
-            _write_outputs(args, records, {"source": args.records})
-            return
-        recipe = _read_recipe(args.config) if args.config else {}
-        model_name = _check_model(args.model or recipe.get("model_name_or_path"))
-        settings = _settings(args, recipe)
-        _check_rewards(args)
-        check_output_folder("--output", Path(args.output or DEFAULT_PAGE).expanduser().parent or ".")
-        if args.greedy and args.response:
-            raise UsageError("--greedy samples a response; --response gives them: choose one")
-        bounds = _pixel_bounds(args, recipe)
-        if source == "image":
-            from ..data.loaders import UnusableRowError, prepare_image
+        try:
+            records = load_records(args.records)
+        except ValueError as error:
+            raise UsageError(f"--records: {error}") from None
+        _write_outputs(args, records, {"source": args.records})
+        return
+    recipe = _read_recipe(args.config) if args.config else {}
+    model_name = _check_model(args.model or recipe.get("model_name_or_path"))
+    settings = _settings(args, recipe)
+    _check_rewards(args)
+    check_output_folder("--output", Path(args.output or DEFAULT_PAGE).expanduser().parent or ".")
+    if args.greedy and args.response:
+        raise UsageError("--greedy samples a response; --response gives them: choose one")
+    bounds = _pixel_bounds(args, recipe)
+    if source == "image":
+        from ..data.loaders import UnusableRowError, prepare_image
 
-            try:
-                images = [prepare_image(args.image, **bounds)]
-            except UnusableRowError as error:
-                raise UsageError(f"--image: {error}") from None
-            from .signals import build_messages
+        try:
+            images = [prepare_image(args.image, **bounds)]
+        except UnusableRowError as error:
+            raise UsageError(f"--image: {error}") from None
+        from .signals import build_messages
 
-            messages, answer, label = build_messages(args.question, 1), args.answer, args.image
-        else:
-            index = args.index or 0
-            if args.dataset == SYNTHETIC_DATASET:
-                # Synthetic rows are generated in order: checking first keeps --index 100000 from generating 100,001
-                rows = recipe.get("synthetic_rows", SYNTHETIC_ROWS)
-                if index >= rows:
-                    raise UsageError(
-                        f"--index {index} is out of range: synthetic has {rows} rows (a run's synthetic_rows"
-                        f"{', from --config' if 'synthetic_rows' in recipe else ''}), so --index goes up to {rows - 1}"
-                    )
-            dataset = _load_rows(args.dataset, args.split, index + 1, _dataset_bounds(args, bounds))
-            if index >= len(dataset):
-                raise UsageError(f"--index {index} is out of range: {args.dataset} has {len(dataset)} rows")
-            row = dataset[index]
-            messages, images = row["prompt"], row.get("images") or []
-            answer = args.answer if args.answer is not None else row.get("answer")
-            label = f"{args.dataset}[{index}]"
-            if not images:
-                raise UsageError(f"{label} has no image; VEPO's signals need one")
-        model, processor, _ = _load_model(model_name, args.device, args.dtype)
-    except UsageError as error:
-        fail(parser.prog, error)
+        messages, answer, label = build_messages(args.question, 1), args.answer, args.image
+    else:
+        index = args.index or 0
+        if args.dataset == SYNTHETIC_DATASET:
+            # Synthetic rows are generated in order: checking first keeps --index 100000 from generating 100,001
+            rows = recipe.get("synthetic_rows", SYNTHETIC_ROWS)
+            if index >= rows:
+                raise UsageError(
+                    f"--index {index} is out of range: synthetic has {rows} rows (a run's synthetic_rows"
+                    f"{', from --config' if 'synthetic_rows' in recipe else ''}), so --index goes up to {rows - 1}"
+                )
+        dataset = _load_rows(args.dataset, args.split, index + 1, _dataset_bounds(args, bounds))
+        if index >= len(dataset):
+            raise UsageError(f"--index {index} is out of range: {args.dataset} has {len(dataset)} rows")
+        row = dataset[index]
+        messages, images = row["prompt"], row.get("images") or []
+        answer = args.answer if args.answer is not None else row.get("answer")
+        label = f"{args.dataset}[{index}]"
+        if not images:
+            raise UsageError(f"{label} has no image; VEPO's signals need one")
+    model, processor, _ = _load_model(model_name, args.device, args.dtype)
 
     records = run_inspect(
         model, processor, messages, images, settings, args=args, answer=answer, model_name=model_name, source=label

@@ -36,11 +36,13 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from datasets import Dataset
 from PIL import Image, ImageDraw
 
-from ..data.loaders import SYSTEM_PROMPT
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 
 __all__ = [
@@ -264,6 +266,8 @@ def _prompt(question: str, system_prompt: bool = False) -> list[dict]:
     user = {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}
     if not system_prompt:
         return [user]
+    from ..data.loaders import SYSTEM_PROMPT  # the training data's (loaders import torch: not at start-up)
+
     return [{"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]}, user]
 
 
@@ -296,6 +300,8 @@ def make_sft_dataset(
         rows["images"].append([sample.image])
         rows["answer"].append(sample.answer)
         rows["kind"].append(kind)
+    from datasets import Dataset
+
     return Dataset.from_dict(rows)
 
 
@@ -320,12 +326,16 @@ def make_rl_dataset(
         rows["images"].append([sample.image])
         rows["answer"].append(sample.answer)
         rows["kind"].append(kind)
+    from datasets import Dataset
+
     return Dataset.from_dict(rows)
 
 
 def lab_corpus(kinds=("count", "colour")) -> list[str]:
     """Text a lab tokenizer learns its merges from: the prompts and every response variant of `kinds`, repeated.
     (The default is the first lab's corpus, count and colour, kept as it was so its warm start rebuilds the same.)"""
+    from ..data.loaders import SYSTEM_PROMPT
+
     texts = [SYSTEM_PROMPT, "You are a helpful assistant.", *(QUESTIONS[kind] for kind in kinds)]
     rng = random.Random(0)
     for _ in range(40):

@@ -1,0 +1,242 @@
+"""`vepo-trl lab`: its options and their texts (seeds, rules, learning rates) checked before torch loads, then the
+lab's runs (`vepo_trl.lab.run`)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from ..errors import UsageError, fail
+from ..lab.tasks import DEFAULT_TASK, TASKS
+from ..options import OneLineParser
+
+
+MAX_SEED = 9000
+
+
+def _list(text: str) -> list[str]:
+    return [part for part in text.replace(",", " ").split() if part]
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="vepo-trl lab",
+        description="RL from a warm-started tiny Qwen2.5-VL with several token-selection strategies over several "
+        "seeds; held-out greedy accuracy before and after, reward curves and selected-token statistics in a "
+        "markdown/JSON table and a PNG. The warm start is built on first use (about 1.5 minutes on 2 cores) and "
+        "cached under $VEPO_TRL_CACHE.",
+    )
+    parser.add_argument(
+        "--task",
+        default=None,
+        help=f"Lab task (default: {DEFAULT_TASK}). "
+        + "; ".join(f"{task.name}: {task.description}" for task in TASKS.values())
+        + ".",
+    )
+    parser.add_argument(
+        "--strategies",
+        default=None,
+        help="Rules to compare, comma-separated: a strategy from `vepo-trl strategies`, optionally with its k after "
+        "a colon (vepo:0.4); a bare name uses k = 0.2 (default: the task's, e.g. "
+        "full,entropy:0.2,vepo:0.2,random:0.2,entropy:0.4,vepo:0.4).",
+    )
+    parser.add_argument(
+        "--seeds", default=None, help="Seeds, comma-separated (default: the task's, 0-13 for squares)."
+    )
+    parser.add_argument(
+        "--learning_rates",
+        default=None,
+        help="Per-rule learning rates, e.g. full=3e-4,vepo:0.2=6e-4, on top of the task's (from its sweep); a rule "
+        "with neither uses --learning_rate.",
+    )
+    parser.add_argument(
+        "--sweep",
+        default=None,
+        metavar="LRS",
+        help="Instead of the lab: run every rule at each of these learning rates (comma-separated) over --seeds, "
+        "score them on validation rows, and write sweep.md/sweep.json with each rule's best.",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="A CI-sized lab: a briefly trained warm start and "
+        "full + vepo for a few steps, one seed (under 3 minutes).",
+    )
+    parser.add_argument(
+        "--output_dir",
+        default="vepo-lab",
+        help="Where lab.md, lab.json, lab_curves.png and "
+        "runs/ go (default: vepo-lab). Finished runs in it are reused.",
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="RL steps per run (default: the task's, 40 for squares)."
+    )
+    parser.add_argument("--max_minutes", type=float, default=None, help="Wall-time limit per run (default: 5).")
+    parser.add_argument(
+        "--learning_rate",
+        type=float,
+        default=None,
+        help="RL learning rate of rules without their own (default: 3e-4).",
+    )
+    parser.add_argument(
+        "--eval_rows",
+        type=int,
+        default=None,
+        help="Held-out rows for accuracy (default: the task's, 400 for squares).",
+    )
+    parser.add_argument(
+        "--build_warm_start",
+        action="store_true",
+        help="Only build (or find) the cached warm start and print its path and held-out accuracy.",
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="Runs in parallel, one thread each (default: 1).")
+    parser.add_argument(
+        "--overwrite_output_dir",
+        action="store_true",
+        help="Start fresh in an output_dir whose lab used other settings (steps, learning rate, ...): its runs "
+        "are recomputed instead of reused. Without it such a folder is refused.",
+    )
+    return parser
+
+
+def _seeds(text: str) -> tuple[int, ...]:
+    parts = _list(text)
+    if not parts:
+        raise UsageError(f"--seeds {text!r}: give at least one seed, e.g. --seeds 0,1,2.")
+    try:
+        seeds = tuple(int(part) for part in parts)
+    except ValueError:
+        raise UsageError(f"--seeds {text!r}: seeds are whole numbers, e.g. --seeds 0,1,2.") from None
+    outside = [seed for seed in seeds if not 0 <= seed < MAX_SEED]
+    if outside:
+        # A run's training rows are seeded 1000 + seed; from 10,000 on they would be the held-out and validation rows
+        raise UsageError(f"--seeds {text!r}: seeds are 0 to {MAX_SEED - 1}, got {outside}.")
+    repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+    if repeated:
+        raise UsageError(f"--seeds {text!r} repeats {repeated}: a repeated seed is the same run, not another sample.")
+    return seeds
+
+
+def _rates(text: str, flag: str) -> list[float]:
+    try:
+        rates = [float(part) for part in _list(text)]
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: learning rates are numbers, e.g. {flag} 1.5e-4,3e-4,6e-4.") from None
+    if not rates or any(not rate > 0 for rate in rates):
+        raise UsageError(f"{flag} {text!r}: give learning rates above 0, e.g. {flag} 1.5e-4,3e-4,6e-4.")
+    repeated = sorted({rate for rate in rates if rates.count(rate) > 1})
+    if repeated:
+        raise UsageError(f"{flag} {text!r} repeats {', '.join(f'{r:g}' for r in repeated)}.")
+    return rates
+
+
+def _learning_rates(text: str) -> dict[str, float]:
+    from ..lab.run import parse_arm
+
+    out = {}
+    for part in _list(text):
+        label, sep, value = part.rpartition("=")
+        if not sep or not label:
+            raise UsageError(f"--learning_rates {text!r}: write rule=lr pairs, e.g. full=3e-4,vepo:0.2=6e-4.")
+        try:  # "vepo:0.20" and "vepo" name the rule "vepo:0.2"
+            label = parse_arm(label, 0.2).label
+        except ValueError as error:
+            raise UsageError(f"--learning_rates: {error}") from None
+        out[label] = _rates(value, "--learning_rates")[0]
+    if not out:
+        raise UsageError(f"--learning_rates {text!r}: write rule=lr pairs, e.g. full=3e-4,vepo:0.2=6e-4.")
+    return out
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """What the lab's option texts must say (each option's kind and range went through the option table as it was
+    parsed: `validation.OPTION_RULES`), before anything loads. Raises `UsageError`."""
+    if args.task is not None and args.task not in TASKS:
+        raise UsageError(f"--task {args.task!r}: choose one of {sorted(TASKS)}.")
+    if args.strategies is not None and not _list(args.strategies):
+        raise UsageError(f"--strategies {args.strategies!r}: give at least one strategy, e.g. --strategies full,vepo.")
+    if args.sweep is not None:
+        _rates(args.sweep, "--sweep")
+        if args.learning_rates is not None or args.learning_rate is not None:
+            raise UsageError("--sweep sets the learning rates itself: leave out --learning_rates and --learning_rate.")
+    if args.learning_rates is not None:
+        _learning_rates(args.learning_rates)
+
+
+def _arms(text: str) -> tuple[str, ...]:
+    """`--strategies` entries, checked against the strategy registry and the `name:k` form."""
+    from ..lab.run import parse_arm
+    from ..scoring import SELECTION_STRATEGIES
+
+    names = _list(text)
+    for name in names:
+        try:
+            arm = parse_arm(name, 0.2)
+        except ValueError as error:
+            raise UsageError(f"--strategies: {error}") from None
+        if arm.strategy not in SELECTION_STRATEGIES:
+            raise UsageError(
+                f"--strategies: unknown strategy {arm.strategy!r}; choose from {sorted(SELECTION_STRATEGIES)}"
+            )
+    return tuple(dict.fromkeys(names))
+
+
+def main(argv: list[str] | None = None):
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    try:
+        check_args(args)
+        seeds = _seeds(args.seeds) if args.seeds is not None else None
+    except UsageError as error:
+        fail(parser.prog, error)
+    from ..lab.run import (  # torch: only once arguments are good
+        QUICK,
+        QUICK_WARM_START,
+        lab_settings,
+        run_lab,
+        run_sweep,
+    )
+
+    task = args.task or DEFAULT_TASK
+    settings = lab_settings(task, **(QUICK if args.quick else {}))
+    if args.quick:
+        settings.warm_start = dataclasses.replace(settings.warm_start, **QUICK_WARM_START)
+    if args.build_warm_start:
+        import json
+
+        from ..lab.warm_start import warm_start_path, warm_start_report
+
+        path = warm_start_path(settings.warm_start)
+        report = warm_start_report(path)
+        print(
+            f"{path}\n{report['parameters']:,} parameters, built in {report['build_seconds']:.0f} s, held-out greedy "
+            f"accuracy {report['heldout_accuracy']:.1%} on {report['heldout_rows']} rows"
+        )
+        return json.dumps(report)
+    try:
+        if args.strategies:
+            settings.strategies = _arms(args.strategies)
+        labels = {arm.label for arm in settings.arms()}
+        given = _learning_rates(args.learning_rates) if args.learning_rates is not None else {}
+        unknown = sorted(set(given) - labels)
+        if unknown:
+            raise UsageError(
+                f"--learning_rates names {unknown}, which this lab does not run (its rules: {sorted(labels)})."
+            )
+        # On top of the task's, kept for the rules this lab runs: a rule not named keeps its own learning rate
+        settings.learning_rates = {
+            label: lr for label, lr in {**settings.learning_rates, **given}.items() if label in labels
+        }
+    except UsageError as error:
+        fail(parser.prog, error)
+    if seeds is not None:
+        settings.seeds = seeds
+    for name in ("steps", "max_minutes", "learning_rate", "eval_rows"):
+        if getattr(args, name) is not None:
+            setattr(settings, name, getattr(args, name))
+    settings.jobs = args.jobs
+    if args.sweep is not None:
+        # The sweep's own learning rates replace the lab's per-rule ones
+        settings.learning_rates = {}
+        return run_sweep(settings, _rates(args.sweep, "--sweep"), args.output_dir, overwrite=args.overwrite_output_dir)
+    return run_lab(settings, args.output_dir, overwrite=args.overwrite_output_dir)

@@ -354,13 +354,15 @@ def test_text_fields_take_a_yaml_number_or_date_as_text(tmp_path, capsys, monkey
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe))
     seen = {}
-    original = train_module.check_arguments
+    import vepo_trl.preflight as preflight
+
+    original = preflight.check_arguments
 
     def keep(script_args, training_args, model_args, **kwargs):
         seen.update(run_name=training_args.run_name, hub_model_id=training_args.hub_model_id)
         return original(script_args, training_args, model_args, **kwargs)
 
-    monkeypatch.setattr(train_module, "check_arguments", keep)
+    monkeypatch.setattr(preflight, "check_arguments", keep)
     code, err = run(["train", "--config", str(path), "--output_dir", str(tmp_path / "out")], capsys)
     assert code == "reached", err
     assert seen == {"run_name": "2024-01-05", "hub_model_id": "12"}

@@ -20,6 +20,12 @@ from .errors import UsageError
 
 
 # `model_name_or_path` that builds the tiny random Qwen2.5-VL locally (the CPU demo and tests)
+# `dataset_name` that generates synthetic visual-reasoning rows instead of loading a data set
+SYNTHETIC_DATASET = "synthetic"
+# `dataset_name` of the lab's tasks (count the circles, name the square's colour), the warm start's task family
+LAB_DATASET = "lab"
+
+
 TINY_MODEL = "tiny-qwen2.5-vl"
 # `model_name_or_path` of the lab's warm start: a small Qwen2.5-VL SFT'd on the lab tasks, built once and cached
 LAB_MODEL = "lab-warm-start"

@@ -24,9 +24,11 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config, get_qu
 from vepo_trl.config import VEPOConfig
 from vepo_trl.data import load_vepo_dataset, synthetic_training_dataset
 from vepo_trl.data.loaders import IMAGE_FACTOR
-from vepo_trl.errors import UsageError, check_output_folder
+from vepo_trl.errors import UsageError
 from vepo_trl.local_models import (  # noqa: F401  (TINY_MODEL, LAB_MODEL: re-exported, the names recipes use)
+    LAB_DATASET,
     LAB_MODEL,
+    SYNTHETIC_DATASET,
     TINY_MODEL,
     check_hub_push,
     check_model_name,
@@ -35,14 +37,19 @@ from vepo_trl.local_models import (  # noqa: F401  (TINY_MODEL, LAB_MODEL: re-ex
     not_a_vlm,
     resolve_model_name,
 )
-from vepo_trl.preflight import check_first_step_fits, check_lora_targets
+from vepo_trl.preflight import (  # noqa: F401  (check_arguments and the data names: re-exported)
+    LORA_FIELDS,
+    check_arguments,
+    check_first_step_fits,
+    dataset_name_problem,
+    is_known_dataset,
+    pixel_bounds,
+)
 from vepo_trl.rewards import get_reward_funcs
 from vepo_trl.run_folder import (
-    check_folder_owner,
     check_same_data,
     data_fingerprint,
     discard_set_aside,
-    foreign_card,
     hold_folder,
     plan_run,
     run_settings,
@@ -50,16 +57,10 @@ from vepo_trl.run_folder import (
     write_record,
 )
 from vepo_trl.trainer import VEPOTrainer
-from vepo_trl.trainer_inputs import check_packages, check_train_rows
-from vepo_trl.validation import check_combinations, check_object, rules_for
+from vepo_trl.trainer_inputs import check_train_rows
 
 
 logger = logging.getLogger(__name__)
-
-# `dataset_name` that generates synthetic visual-reasoning rows instead of loading a data set
-SYNTHETIC_DATASET = "synthetic"
-# `dataset_name` of the lab's tasks (count the circles, name the square's colour), the warm start's task family
-LAB_DATASET = "lab"
 
 
 @dataclass
@@ -120,205 +121,6 @@ class VEPOScriptArguments(ScriptArguments):
     )
 
 
-def check_output_dir(output_dir: str | None) -> None:
-    """An output folder that can be written: not empty, not a file, in a writable place."""
-    if output_dir is None or not str(output_dir).strip():
-        raise UsageError("output_dir is empty: give the folder the model and its report go to (--output_dir run1).")
-    check_output_folder("output_dir", output_dir)
-    check_folder_owner("output_dir", output_dir, "train")
-    path = Path(output_dir).expanduser()
-    readme = foreign_card(path)
-    if readme is not None:
-        raise UsageError(
-            f"output_dir {output_dir} holds a {readme.name} that vepo-trl did not write, and the run's model card "
-            "would replace it: choose another --output_dir (or move the file)."
-        )
-
-
-def _check_values(script_args, training_args, model_args) -> None:
-    """The script's and the model's values against their rules (`vepo_trl.validation`; VEPOConfig checks its own when
-    built), and the constraints that join the three."""
-    try:
-        check_object(script_args, rules_for(VEPOScriptArguments))
-        check_object(model_args, rules_for(ModelConfig))
-        check_combinations(
-            {
-                "reward_weights": training_args.reward_weights,
-                "reward_funcs": script_args.reward_funcs,
-                **pixel_bounds(script_args, script_args.dataset_name),
-            }
-        )
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-
-
-def pixel_bounds(script_args, dataset_name: str | None) -> dict[str, int]:
-    """The image bounds a data set is loaded with: those given, else the data set's own defaults."""
-    from vepo_trl.data.loaders import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
-
-    low, high = (DEFAULT_MIN_PIXELS, DEFAULT_MAX_PIXELS) if dataset_name != SYNTHETIC_DATASET else (56 * 56, 224 * 224)
-    return {
-        "min_pixels": script_args.min_pixels if script_args.min_pixels is not None else low,
-        "max_pixels": script_args.max_pixels if script_args.max_pixels is not None else high,
-    }
-
-
-# TRL's ModelConfig fields that shape a LoRA adapter: they mean something only with use_peft
-LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_target_parameters",
-               "lora_modules_to_save", "lora_task_type", "use_rslora", "use_dora")  # fmt: skip
-
-
-def check_nothing_ignored(script_args, training_args, model_args, given=()) -> None:
-    """Every setting the run was given takes effect, or is refused here in one line naming it. `given`: the names the
-    command line or recipe set (the CLI's; the Python API compares with the defaults instead)."""
-    from trl import ModelConfig
-
-    defaults = ModelConfig()
-    if not model_args.use_peft:
-        set_here = [
-            name for name in LORA_FIELDS if name in given or getattr(model_args, name) != getattr(defaults, name)
-        ]
-        if set_here:
-            raise UsageError(
-                f"--{set_here[0]} is set but --use_peft is false, so no adapter would be trained and the whole model "
-                f"would: add --use_peft true, or drop {', '.join('--' + name for name in set_here)}."
-            )
-    datasets_read = [script_args.dataset_name, script_args.eval_dataset_name or None]
-    if LAB_DATASET in datasets_read:
-        bounds = [name for name in ("min_pixels", "max_pixels") if getattr(script_args, name) is not None]
-        if bounds:
-            raise UsageError(
-                f"--{bounds[0]} {getattr(script_args, bounds[0])}: dataset_name lab draws its images at the warm "
-                "start's own size, which no bound changes; drop it (bounds apply to loaded and synthetic data)."
-            )
-    if training_args.fp16 and training_args.device.type == "cpu":
-        raise UsageError(
-            "--fp16 true needs a GPU, and this run is on the CPU (use_cpu, or none visible), where it would train in "
-            "float32: drop --fp16 (--bf16 runs on the CPU)."
-        )
-    if training_args.torch_compile and training_args.device.type == "cpu":
-        raise UsageError(
-            "--torch_compile true on the CPU compiles for minutes before the first step, and Ctrl-C cannot stop it "
-            "while it does; drop it here (it pays off on a GPU)."
-        )
-    if _value(training_args.eval_strategy) != "no" and not script_args.eval_dataset_name:
-        raise UsageError(
-            f"--eval_strategy {_value(training_args.eval_strategy)} evaluates on an evaluation set, and none is "
-            "given: add --eval_dataset_name (e.g. geometry3k, or a local file), or drop --eval_strategy."
-        )
-    if script_args.eval_dataset_name and _value(training_args.eval_strategy) == "no":
-        raise UsageError(
-            f"--eval_dataset_name {script_args.eval_dataset_name} is never used with eval_strategy 'no': add "
-            "--eval_strategy steps --eval_steps N (or epoch), or drop --eval_dataset_name."
-        )
-    check_packages(training_args)
-
-
-def _value(option):
-    return getattr(option, "value", option)
-
-
-def _check_hub_dataset(field_name: str, name: str) -> None:
-    """A Hub data set that is neither cached nor downloadable (offline): one line now, not a minute of retries."""
-    from vepo_trl.data.loaders import _NAME_ALIASES, HUB_DATASETS, PAPER_MIX, PAPER_MIX_NAME
-
-    key = name.strip().lower()
-    if Path(name).expanduser().exists():
-        return
-    names = [part for part, _ in PAPER_MIX] if key == PAPER_MIX_NAME else [_NAME_ALIASES[key]]
-    missing = [HUB_DATASETS[n].repo_id for n in names if not _hub_dataset_cached(HUB_DATASETS[n].repo_id)]
-    reason = hub_unreachable() if missing else None
-    if reason:
-        raise UsageError(
-            f"{field_name} {name!r} needs {', '.join(missing)} from the Hub, which is not in the local cache, and "
-            f"{reason}: download it where there is a network (`hf download --repo-type dataset {missing[0]}`) and "
-            "copy the cache here, or give a local .jsonl/.parquet file or folder."
-        )
-
-
-def _hub_dataset_cached(repo_id: str) -> bool:
-    import datasets.config
-    from huggingface_hub import constants
-
-    hub = Path(constants.HF_HUB_CACHE) / f"datasets--{repo_id.replace('/', '--')}"
-    prepared = Path(datasets.config.HF_DATASETS_CACHE) / repo_id.replace("/", "___")
-    return hub.is_dir() or prepared.is_dir()
-
-
-def check_arguments(script_args, training_args, model_args, given=()) -> None:
-    """Everything that can be checked without loading anything: model, rewards, data names and values, settings that
-    would be ignored, the output folder, the Hub when a name needs it. Raises `UsageError`. `given`: the option names
-    the command line and recipe set (`check_nothing_ignored`)."""
-    check_output_dir(training_args.output_dir)
-    try:
-        get_reward_funcs(script_args.reward_funcs)
-    except ValueError as error:
-        raise UsageError(f"reward_funcs: {error}") from None
-    _check_values(script_args, training_args, model_args)
-    check_nothing_ignored(script_args, training_args, model_args, given)
-    if training_args.use_vllm:
-        from vepo_trl.vllm_prompts import check_vllm_version
-
-        check_vllm_version()
-    for field_name in ("dataset_name", "eval_dataset_name"):
-        name = getattr(script_args, field_name)
-        if field_name == "dataset_name" and not (isinstance(name, str) and name.strip()):
-            raise UsageError(f"dataset_name {name!r}: give the training data ({dataset_name_problem(str(name))}).")
-        if name is None or (field_name == "eval_dataset_name" and not name):
-            continue
-        if name in (SYNTHETIC_DATASET, LAB_DATASET):
-            continue
-        if not is_known_dataset(name):
-            raise UsageError(f"{field_name} {name!r}: {dataset_name_problem(name)}")
-        _check_hub_dataset(field_name, name)
-    if training_args.push_to_hub:
-        check_hub_push(training_args.hub_token)
-    # Last: the one check that may touch the network (a Hub id not in the cache)
-    check_model_name(model_args.model_name_or_path)
-    _check_model_family(model_args, training_args)
-    if model_args.use_peft and model_args.model_name_or_path:
-        name = model_args.model_name_or_path
-        check_lora_targets(resolve_model_name(name) if name.startswith("tiny-") else name, model_args)
-
-
-def _check_model_family(model_args, training_args) -> None:
-    """A strategy that perturbs images needs a model family VEPO has an adapter for: read off the model folder's (or
-    the cached Hub repo's) `config.json` before any weight loads."""
-    import json
-    from types import SimpleNamespace
-
-    from vepo_trl.families import blocker, family_of, supported_families
-    from vepo_trl.local_models import local_config_file
-    from vepo_trl.scoring import SELECTION_STRATEGIES
-
-    strategy = SELECTION_STRATEGIES.get(training_args.selection_strategy)
-    name = model_args.model_name_or_path
-    text_only = not_a_vlm(name, model_args.model_revision)
-    if text_only:
-        raise UsageError(
-            f"model_name_or_path {name}: {text_only}; vepo-trl train trains vision-language models on image data. "
-            "For a text model, call VEPOTrainer from Python with text prompts and selection_strategy 'entropy' or "
-            "'full' (its tokenizer as processing_class)."
-        )
-    _check_processor_files(name)
-    if strategy is None or not strategy.needs_perturbed_pass or not name:
-        return
-    path = local_config_file(name, model_args.model_revision)  # None for a built-in name: it resolves later
-    if path is None:
-        return
-    try:
-        model_type = json.loads(path.read_text()).get("model_type")
-    except (OSError, ValueError):
-        return  # unreadable: transformers says why when it loads
-    if model_type and family_of(SimpleNamespace(model_type=model_type)) is None:
-        raise UsageError(
-            f"model_name_or_path {name}: a {model_type!r} model, for which VEPO has no perturbation adapter"
-            f"{blocker(model_type)}, and "
-            f"selection_strategy {training_args.selection_strategy!r} perturbs the model's images. Supported families: "
-            f"{', '.join(supported_families())}; or --selection_strategy entropy / full."
-        )
-
-
 def _model_image_factor(model_args) -> int | None:
     """The model's image multiple (`local_models.image_factor_of`), the same on a first run and on its resume: a
     built-in tiny model is built first (seconds), a Hub model's processor config is fetched if not cached yet (a few
@@ -338,34 +140,6 @@ def _model_image_factor(model_args) -> int | None:
                 continue
         factor = image_factor_of(name, revision)
     return factor
-
-
-def _check_processor_files(name: str | None) -> None:
-    """A local model or adapter folder must hold its processor (the run loads it from there, after the weights)."""
-    path = Path(name).expanduser() if name else None
-    if path is None or not path.is_dir():
-        return
-    if any((path / file).is_file() for file in ("processor_config.json", "preprocessor_config.json")):
-        return
-    kind = "adapter folder" if (path / "adapter_config.json").is_file() else "model folder"
-    raise UsageError(
-        f"model_name_or_path {name}: the {kind} has no processor files (processor_config.json or "
-        "preprocessor_config.json): save the processor beside it (processor.save_pretrained(folder)), or give the "
-        "base model's folder or Hub id (with --use_peft true for a new adapter)."
-    )
-
-
-def is_known_dataset(name: str) -> bool:
-    from vepo_trl.data.loaders import _NAME_ALIASES, PAPER_MIX_NAME
-
-    key = name.strip().lower()
-    return key in _NAME_ALIASES or key == PAPER_MIX_NAME or Path(name).expanduser().exists()
-
-
-def dataset_name_problem(name: str) -> str:
-    from vepo_trl.data.loaders import _accepted_names
-
-    return f"no such data set or file; accepted: {_accepted_names()}, synthetic, or lab"
 
 
 class QuietProgressCallback(ProgressCallback):

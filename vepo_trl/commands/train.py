@@ -138,7 +138,8 @@ def _parse(command: str, argv: list[str]):
         precheck(argv, recipe, early_rules())
     except ValueError as error:
         _fail(command, str(error))
-    from ..train import check_arguments, make_parser
+    from ..preflight import check_arguments
+    from ..train import make_parser
 
     _save_field_rules()  # before the parser rewrites the dataclasses' field types in place
     parser = make_parser()

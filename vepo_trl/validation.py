@@ -754,7 +754,10 @@ def _type_rules_file():
 
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256(
-        b"".join((here / name).read_bytes() for name in ("validation.py", "config.py", "train.py"))
+        b"".join(
+            (here / name).read_bytes()
+            for name in ("validation.py", "config.py", "train.py", "scoring.py", "perturb.py")
+        )
     )
     key += "-" + digest.hexdigest()[:12]
     return cache_root() / f"field-rules-{key}.json"
@@ -773,7 +776,8 @@ def save_type_rules(rules: Mapping[str, Rule]) -> None:
         if rule.choices is not None
         else {"kind": rule.kind, "valid": rule.valid, "optional": rule.optional}
         for name, rule in rules.items()
-        if name not in RANGES and rule.kind in ("bool", "whole", "number", "choice")
+        # The registries' names too (strategies, perturbations, loss types): listing them imports torch
+        if (name not in RANGES or rule.choices is not None) and rule.kind in ("bool", "whole", "number", "choice")
     }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -796,6 +800,9 @@ def early_rules() -> dict[str, Rule]:
         saved = {}
     for name, entry in saved.items():
         names = tuple(entry.get("choices") or ())
+        if name in RANGES and names:  # a registry's names as saved: the early check needs no torch import
+            rules[name] = dataclasses.replace(RANGES[name], choices=lambda n=names: n)
+            continue
         rules.setdefault(
             name,
             Rule(

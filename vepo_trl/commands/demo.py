@@ -8,10 +8,6 @@ from .train import DEMO_RECIPE, WARM_DEMO_RECIPE, _fail, _parse, _run, _split_eq
 
 
 def main(argv: list[str]):
-    import torch
-
-    # The tiny model's matrices gain nothing from intra-op threads, and threads contend badly on a busy machine
-    torch.set_num_threads(1)
     argv = _split_equals(argv, "--config", "--model_family", "--warm_start")
     if "--config" in argv:
         _fail("demo", "demo trains its own recipe (tiny.yaml); to train from a recipe: vepo-trl train --config FILE.")
@@ -36,4 +32,8 @@ def main(argv: list[str]):
     recipe = resources.files("vepo_trl").joinpath(WARM_DEMO_RECIPE if warm else DEMO_RECIPE)
     with resources.as_file(recipe) as path:
         args = _parse("demo", ["--config", str(path), *argv])
+    import torch
+
+    # The tiny model's matrices gain nothing from intra-op threads, and threads contend badly on a busy machine
+    torch.set_num_threads(1)
     return _run("demo", args)

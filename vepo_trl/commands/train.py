@@ -10,7 +10,7 @@ import time
 import warnings
 from pathlib import Path
 
-from ..errors import UsageError, fail
+from ..errors import UsageError, check_output_folder, fail
 
 
 DEMO_RECIPE = "recipes/tiny.yaml"
@@ -132,10 +132,18 @@ def _parse(command: str, argv: list[str]):
         _print_short_help(command)
         sys.exit(0)
     # The values the recipe and the command line give, against their rules, before torch and TRL are even imported
-    from ..validation import early_rules, precheck
+    from ..validation import OPTION_RULES, early_rules, precheck, values_from
 
     try:
         precheck(argv, recipe, early_rules())
+        # The folder the run writes, through the same check as every command's (before TRL is imported)
+        folder = values_from(argv, recipe, {"output_dir": OPTION_RULES["output_dir"]}).get("output_dir")
+        if folder is not None:
+            if not str(folder).strip():
+                raise UsageError(
+                    "output_dir is empty: give the folder the model and its report go to (--output_dir run1)."
+                )
+            check_output_folder("output_dir", str(folder))
     except ValueError as error:
         _fail(command, str(error))
     from ..preflight import check_arguments

@@ -226,18 +226,22 @@ def command_cases() -> list[tuple[list[str], str]]:
         cases.append(([*TRAIN, "--dataset_name", state], state))
         cases.append((["analyze", "--model", "weightless", "--dataset", state], state))
     for state in ("nowhere", "afile", "bench_truncated", "bench_empty", "bench_foreign"):
-        cases.append(([*COMMAND_BASES["eval"][:3], "--benchmarks", "geometry3k", "--protocol", "rule", "--data_dir",
-                       state], state))  # fmt: skip
+        # A model folder that passes eval's checks (its weights are not read before the data)
+        cases.append((["eval", "--model", "unread_weights", "--benchmarks", "geometry3k", "--protocol", "rule",
+                       "--data_dir", state], state))  # fmt: skip
     for state in ("nowhere.yaml", "empty_recipe.yaml", "broken.yaml", "list.yaml", "keep", "binary.yaml"):
         cases.append((["train", "--config", state], state))
         cases.append((["inspect", "--model", "weightless", "--dataset", "synthetic", "--config", state], state))
     for state in ("nowhere.jsonl", "afile", "invalid.jsonl", "keep"):
         cases.append((["inspect", "--records", state], "--records"))
-    for state in ("nowhere", "afile", "keep"):
+    for state in ("nowhere", "afile", "empty_folder"):
         cases.append((["plot", state], state))
     # A recipe's value of every YAML type where one value of text goes
+    # (null passes where the field may be unset: output_dir's is transformers' trainer_output, run_name's the folder)
     for key in ("dataset_name", "output_dir", "model_name_or_path", "selection_strategy", "perturbation", "run_name"):
-        for kind in ("list", "mapping", "null", "bool"):
+        for kind in (
+            ("list", "mapping", "bool") if key in ("output_dir", "run_name") else ("list", "mapping", "null", "bool")
+        ):
             cases.append((["train", "--config", f"yaml_{key}_{kind}.yaml"], key))
     return cases
 
@@ -380,6 +384,11 @@ def make_scratch(folder: Path) -> None:
         (folder / name / "geometry3k" / "data").mkdir(parents=True)
         (folder / name / "geometry3k" / "data" / "test-00000-of-00001.parquet").write_bytes(data)
     (folder / "empty_recipe.yaml").write_text("")
+    (folder / "empty_folder").mkdir()
+    (folder / "unread_weights").mkdir()
+    (folder / "unread_weights" / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
+    (folder / "unread_weights" / "model.safetensors").write_bytes(b"")
+    (folder / "unread_weights" / "preprocessor_config.json").write_text("{}")
     (folder / "binary.yaml").write_bytes(b"\xff\xfe\x00garbage")
     (folder / "keep" / "trainer_state.json").write_text('{"log_history": [{"step": 1, "loss": 0.5}]}')
     recipe = yaml.safe_load(Path(TINY).read_text())

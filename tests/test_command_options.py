@@ -461,3 +461,32 @@ def test_demo_into_a_non_ascii_folder_on_an_ascii_console(tmp_path):
                             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "o5_übung" / "summary.md").is_file()
+
+
+@pytest.mark.parametrize("command", ["train", "eval", "inspect", "analyze"])
+def test_a_model_folder_without_weights_is_refused_by_every_command_before_loading(command, tmp_path, capsys):
+    """`train` loaded the data and then failed in transformers (an OSError, 39 lines) on a folder `eval` refused."""
+    model = tmp_path / "weightless"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"]}')
+    (model / "processor_config.json").write_text("{}")
+    argv = {
+        "train": ["train", "--config", TINY_RECIPE, "--model_name_or_path", str(model)],
+        "eval": ["eval", "--model", str(model), "--benchmarks", "synthetic"],
+        "inspect": ["inspect", "--model", str(model), "--dataset", "synthetic"],
+        "analyze": ["analyze", "--model", str(model), "--dataset", "synthetic"],
+    }[command]
+    code, err = run(
+        [*argv, "--output_dir" if command != "inspect" else "--output", str(tmp_path / "out.html")], capsys
+    )
+    assert_refused(code, err, command, "holds no weights")
+
+
+@pytest.mark.parametrize("command", ["train", "inspect"])
+def test_an_empty_recipe_is_said(command, tmp_path, capsys):
+    (tmp_path / "empty.yaml").write_text("")
+    argv = ["train", "--config", str(tmp_path / "empty.yaml")]
+    if command == "inspect":
+        argv = ["inspect", "--model", "m/m", "--dataset", "synthetic", "--config", str(tmp_path / "empty.yaml")]
+    code, err = run(argv, capsys)
+    assert_refused(code, err, command, "empty.yaml is empty")

@@ -88,9 +88,9 @@ def _problem_or_unreadable(path: Path, builder: str) -> str | None:
         return f"{error.strerror or type(error).__name__}"
 
 
-def read_recipe(path: str | Path, flag: str = "--config") -> dict[str, Any] | None:
-    """A recipe (YAML) that exists, can be read, is valid YAML and a mapping of keys; None for an empty file. Any
-    other state is a `UsageError` naming the file and the problem (the line and column of a YAML error)."""
+def read_recipe(path: str | Path, flag: str = "--config") -> dict[str, Any]:
+    """A recipe (YAML) that exists, can be read, is valid YAML and a non-empty mapping of keys. Any other state
+    (an empty file among them) is a `UsageError` naming the file and the problem (a YAML error's line and column)."""
     import yaml
 
     path = Path(path).expanduser()
@@ -107,6 +107,8 @@ def read_recipe(path: str | Path, flag: str = "--config") -> dict[str, Any] | No
         raise UsageError(f"{flag} {path} is not valid YAML{where}: {problem}.") from None
     except (OSError, UnicodeDecodeError) as error:
         raise UsageError(f"{flag} {path} cannot be read ({type(error).__name__}: {error}).") from None
-    if recipe is not None and not isinstance(recipe, dict):
+    if recipe is None:
+        raise UsageError(f"{flag} {path} is empty: a recipe holds key: value lines (recipes/tiny/config_vepo.yaml).")
+    if not isinstance(recipe, dict):
         raise UsageError(f"{flag} {path} is not a mapping of recipe keys (key: value lines).")
     return recipe

@@ -22,6 +22,7 @@ from .local_models import (
     check_model_name,
     hub_unreachable,
     local_config_file,
+    missing_weights,
     not_a_vlm,
     resolve_model_name,
 )
@@ -403,6 +404,11 @@ def _check_model_family(model_args, training_args) -> None:
             "'full' (its tokenizer as processing_class)."
         )
     _check_processor_files(name)
+    if name and missing_weights(name):  # as eval refuses it: the model loads after the data, minutes in
+        raise UsageError(
+            f"model_name_or_path {name}: the folder holds no weights (model.safetensors, shards or an adapter), as a "
+            "checkpoint saved by FSDP or DeepSpeed has: give the run's output_dir, or export the checkpoint's model."
+        )
     if strategy is None or not strategy.needs_perturbed_pass or not name:
         return
     path = local_config_file(name, model_args.model_revision)  # None for a built-in name: it resolves later

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, fail  # noqa: F401  (the commands' one-line errors, re-exported)
-from ..local_models import check_model_name, is_builtin_model
+from ..local_models import check_model_name, is_builtin_model, missing_weights
 
 
 # The name `vepo_trl.train` gives the synthetic data (not imported from there: that module loads TRL's trainers,
@@ -31,7 +31,7 @@ SYNTHETIC_ROWS = 256
 def _read_recipe(path: str) -> dict[str, Any]:
     from ..files import read_recipe
 
-    return read_recipe(path) or {}
+    return read_recipe(path)
 
 
 def _settings(args: argparse.Namespace, recipe: dict[str, Any]):
@@ -62,6 +62,11 @@ def _check_model(name: str | None) -> str:
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise UsageError(f"--model: {name} is a folder without config.json, not a saved model")
+        if missing_weights(path):
+            raise UsageError(
+                f"--model {name}: the folder holds no weights (model.safetensors, shards or an adapter), as a "
+                "checkpoint saved by FSDP or DeepSpeed has: give the run's output_dir, or export the checkpoint's model"
+            )
         return str(path)
     if is_builtin_model(name):
         return name  # a built-in tiny model (tiny-qwen2.5-vl, tiny-<family>): built on first use

@@ -84,8 +84,8 @@ def test_bench_rollout_cache_quick_path(tmp_path):
 
 
 def test_bad_inputs_quick_path(tmp_path):
-    out = _run("bad_inputs.py", "--only", "strategies", tmp_path=tmp_path)
-    assert "2 cases: 2 exit 2, 2 one stderr line, 0 tracebacks" in out
+    out = _run("bad_inputs.py", "--only", "vepo-trl strategies", tmp_path=tmp_path)
+    assert "1 cases: 1 exit 2, 1 one stderr line, 0 tracebacks" in out
 
 
 def test_readme_figures_quick_path_finds_the_readme_true(tmp_path):

@@ -115,6 +115,7 @@ class Place:
         (root / "folder").mkdir()
         (root / "model").mkdir()
         (root / "model" / "config.json").write_text("{}")
+        (root / "model" / "model.safetensors").write_bytes(b"")  # a stand-in, never loaded
         (root / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n")
         (root / "run").mkdir()
         (root / "run" / "trainer_state.json").write_text('{"log_history": [{"step": 1, "loss": 0.5}]}')

@@ -201,6 +201,7 @@ def test_bad_input_is_one_line_and_exit_code_2(argv, message, tmp_path, monkeypa
     (tmp_path / "NOTRECORDS").write_text("{not json")
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "model" / "model.safetensors").write_bytes(b"")  # a stand-in: never loaded, its checks pass
     (tmp_path / "RUNDIR").mkdir()
     (tmp_path / "RUNDIR" / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n')
     argv = [str(tmp_path / "model") if a == "TINY" else a for a in argv]

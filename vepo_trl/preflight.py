@@ -379,6 +379,12 @@ def check_arguments(script_args, training_args, model_args, given=()) -> None:
     # Last: the one check that may touch the network (a Hub id not in the cache)
     check_model_name(model_args.model_name_or_path)
     _check_model_family(model_args, training_args)
+    name = model_args.model_name_or_path
+    if name and missing_weights(name):  # as eval refuses it: the model loads after the data, minutes in
+        raise UsageError(
+            f"model_name_or_path {name}: the folder holds no weights (model.safetensors, shards or an adapter), as a "
+            "checkpoint saved by FSDP or DeepSpeed has: give the run's output_dir, or export the checkpoint's model."
+        )
     if model_args.use_peft and model_args.model_name_or_path:
         name = model_args.model_name_or_path
         check_lora_targets(resolve_model_name(name) if name.startswith("tiny-") else name, model_args)
@@ -404,11 +410,6 @@ def _check_model_family(model_args, training_args) -> None:
             "'full' (its tokenizer as processing_class)."
         )
     _check_processor_files(name)
-    if name and missing_weights(name):  # as eval refuses it: the model loads after the data, minutes in
-        raise UsageError(
-            f"model_name_or_path {name}: the folder holds no weights (model.safetensors, shards or an adapter), as a "
-            "checkpoint saved by FSDP or DeepSpeed has: give the run's output_dir, or export the checkpoint's model."
-        )
     if strategy is None or not strategy.needs_perturbed_pass or not name:
         return
     path = local_config_file(name, model_args.model_revision)  # None for a built-in name: it resolves later

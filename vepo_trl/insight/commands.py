@@ -62,11 +62,7 @@ def _check_model(name: str | None) -> str:
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise UsageError(f"--model: {name} is a folder without config.json, not a saved model")
-        if missing_weights(path):
-            raise UsageError(
-                f"--model {name}: the folder holds no weights (model.safetensors, shards or an adapter), as a "
-                "checkpoint saved by FSDP or DeepSpeed has: give the run's output_dir, or export the checkpoint's model"
-            )
+        check_weights(str(path))
         return str(path)
     if is_builtin_model(name):
         return name  # a built-in tiny model (tiny-qwen2.5-vl, tiny-<family>): built on first use
@@ -106,6 +102,15 @@ def _load_rows(name: str, split: str, needed: int, bounds: dict[str, int], seed:
     except Exception as error:  # a missing file, an unknown name, the Hub unreachable: one line says which
         raise UsageError(f"--dataset {name}: {error}") from None
     return dataset
+
+
+def check_weights(name: str) -> None:
+    """A model folder with a config and no weights, said before anything loads (as `eval` and `train` say it)."""
+    if missing_weights(name):
+        raise UsageError(
+            f"--model {name}: the folder holds no weights (model.safetensors, shards or an adapter), as a "
+            "checkpoint saved by FSDP or DeepSpeed has: give the run's output_dir, or export the checkpoint's model"
+        )
 
 
 def _load_model(name: str, device: str | None, dtype: str):

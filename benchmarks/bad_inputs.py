@@ -4,7 +4,7 @@ Each CLI case runs `python -m vepo_trl ...` in a fresh process (so the time incl
 scratch folder holding the bad files; each API case runs in a fresh `python -c` process. The aim for every row: exit 2
 (API: one `ValueError` line), one stderr line, no traceback, under 10 s, before any model loads.
 
-    python benchmarks/bad_inputs.py                 # about 10 minutes on 2 cores
+    python benchmarks/bad_inputs.py                 # about 21 minutes on 2 cores
     python benchmarks/bad_inputs.py --only lab      # the cases whose command line contains "lab"
 
 Offline (HF_HUB_OFFLINE=1) so that Hub names fail the way they do on a machine without network.

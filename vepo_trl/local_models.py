@@ -136,6 +136,16 @@ def missing_weights(folder: str | Path) -> bool:
     return path.is_dir() and has_config and not any((path / name).is_file() for name in WEIGHT_FILES)
 
 
+def check_weights(flag: str, name: str | None, use: str = "use the run's output_dir") -> None:
+    """A `UsageError` for a local model folder with its config and no weights (`missing_weights`), naming `flag`, the
+    folder and what to give instead: one line before anything loads, the same in every command."""
+    if name and missing_weights(name):
+        raise UsageError(
+            f"{flag} {name}: the folder holds no weights (model.safetensors, shards or an adapter), as a checkpoint "
+            f"saved by FSDP or DeepSpeed has: {use}, or export the checkpoint's model first."
+        )
+
+
 def image_factor_of(name: str | None, revision: str | None = None) -> int | None:
     """The multiple a model's processor rounds image sides to, read off its processor config on this machine (its
     folder or the Hub cache): `patch_size x merge_size` for the patch-row layouts (28 or 32),

@@ -20,9 +20,9 @@ from .local_models import (
     SYNTHETIC_DATASET,
     check_hub_push,
     check_model_name,
+    check_weights,
     hub_unreachable,
     local_config_file,
-    missing_weights,
     not_a_vlm,
     resolve_model_name,
 )
@@ -379,12 +379,8 @@ def check_arguments(script_args, training_args, model_args, given=()) -> None:
     # Last: the one check that may touch the network (a Hub id not in the cache)
     check_model_name(model_args.model_name_or_path)
     _check_model_family(model_args, training_args)
-    name = model_args.model_name_or_path
-    if name and missing_weights(name):  # as eval refuses it: the model loads after the data, minutes in
-        raise UsageError(
-            f"model_name_or_path {name}: the folder holds no weights (model.safetensors, shards or an adapter), as a "
-            "checkpoint saved by FSDP or DeepSpeed has: give the run's output_dir, or export the checkpoint's model."
-        )
+    # As eval refuses it: the model loads after the data, minutes in
+    check_weights("model_name_or_path", model_args.model_name_or_path, "give the run's output_dir")
     if model_args.use_peft and model_args.model_name_or_path:
         name = model_args.model_name_or_path
         check_lora_targets(resolve_model_name(name) if name.startswith("tiny-") else name, model_args)

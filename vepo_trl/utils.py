@@ -41,3 +41,16 @@ def instance_override(obj, name: str, replacement) -> Iterator[None]:
         delattr(obj, name)  # the class's method again
         if getattr(obj, name) != original:  # an instance attribute was there before us
             setattr(obj, name, original)
+
+
+def lazy_exports(package: str, exports: dict[str, str]):
+    """A package's `__getattr__` (PEP 562) loading each name of `exports` (name -> submodule) on first use, so
+    importing the package, or one light module of it, pays for none of the heavy ones."""
+    import importlib
+
+    def __getattr__(name: str):
+        if name not in exports:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(f"{package}.{exports[name]}"), name)
+
+    return __getattr__

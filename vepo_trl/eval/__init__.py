@@ -10,6 +10,9 @@
 - `run`: the `vepo-trl eval` command
 """
 
+from ..utils import lazy_exports
+
+
 # Loaded on first use (PEP 562): the command's parser reads `eval.names` without importing datasets or the graders
 _EXPORTS = {
     "BENCHMARKS": "benchmarks",
@@ -23,11 +26,4 @@ _EXPORTS = {
     "PAPER_TABLE1": "table",
 }
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..local_models import TINY_MODEL, check_hub_push, missing_weights, not_a_vlm, resolve_model_name
+from ..local_models import TINY_MODEL, check_hub_push, check_weights, not_a_vlm, resolve_model_name
 from ..run_folder import check_folder_owner
 from .benchmarks import (
     BENCHMARKS,
@@ -67,12 +67,7 @@ def check_model(name: str, what: str = "--model") -> None:
                 f"--adapter {name}: a full model folder, not a PEFT adapter (no adapter_config.json): pass it as "
                 "--model instead."
             )
-        if missing_weights(path):
-            raise UsageError(
-                f"{what} {name}: the folder holds no weights (model.safetensors, shards or an adapter), as a "
-                "checkpoint saved by FSDP or DeepSpeed has: evaluate the run's output_dir, or export the checkpoint's "
-                "model first."
-            )
+        check_weights(what, name, "evaluate the run's output_dir")
         text_only = not_a_vlm(name) if (path / "config.json").is_file() else None
         if text_only:
             raise UsageError(f"{what} {name}: {text_only}; the benchmarks are visual questions.")

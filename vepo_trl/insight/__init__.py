@@ -10,6 +10,9 @@
 `analysis` and `plots` import matplotlib when they draw; nothing here imports TRL's trainers.
 """
 
+from ..utils import lazy_exports
+
+
 # Loaded on first use (PEP 562): `inspect`, `analyze` and `plot` parse their options before torch is imported
 _EXPORTS = {
     "render_page": "page",
@@ -24,11 +27,4 @@ _EXPORTS = {
     "token_texts": "records",
 }
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

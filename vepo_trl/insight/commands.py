@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, fail  # noqa: F401  (the commands' one-line errors, re-exported)
-from ..local_models import check_model_name, is_builtin_model, missing_weights
+from ..local_models import check_model_name, check_weights, is_builtin_model
 
 
 # The name `vepo_trl.train` gives the synthetic data (not imported from there: that module loads TRL's trainers,
@@ -62,7 +62,7 @@ def _check_model(name: str | None) -> str:
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise UsageError(f"--model: {name} is a folder without config.json, not a saved model")
-        check_weights(str(path))
+        check_weights("--model", name, "give the run's output_dir")
         return str(path)
     if is_builtin_model(name):
         return name  # a built-in tiny model (tiny-qwen2.5-vl, tiny-<family>): built on first use
@@ -102,15 +102,6 @@ def _load_rows(name: str, split: str, needed: int, bounds: dict[str, int], seed:
     except Exception as error:  # a missing file, an unknown name, the Hub unreachable: one line says which
         raise UsageError(f"--dataset {name}: {error}") from None
     return dataset
-
-
-def check_weights(name: str) -> None:
-    """A model folder with a config and no weights, said before anything loads (as `eval` and `train` say it)."""
-    if missing_weights(name):
-        raise UsageError(
-            f"--model {name}: the folder holds no weights (model.safetensors, shards or an adapter), as a "
-            "checkpoint saved by FSDP or DeepSpeed has: give the run's output_dir, or export the checkpoint's model"
-        )
 
 
 def _load_model(name: str, device: str | None, dtype: str):

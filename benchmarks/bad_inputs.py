@@ -150,8 +150,8 @@ def table_cases() -> list[list[str]]:
 
 
 # Every option of every command with its own parser, each value its rule refuses (wrong kind, out of range, edges),
-# from the one table (`validation.OPTION_RULES`); the base command line fails fast after parsing if a bad value were
-# ever taken (a model folder without weights), so a run never starts. Each case carries the flag its line must name.
+# read from the command's declaration (`options.option` fields); the base command line fails fast after parsing if a
+# bad value were ever taken (a model folder without weights), so a run never starts. Each case carries the flag its line must name.
 COMMAND_BASES = {
     "eval": ["eval", "--model", "weightless", "--benchmarks", "synthetic"],
     "inspect": ["inspect", "--model", "/nonexistent/model", "--dataset", "synthetic"],
@@ -192,8 +192,6 @@ def _bad_values(rule) -> list[str]:
 def command_cases() -> list[tuple[list[str], str]]:
     import importlib
 
-    from vepo_trl.validation import option_rule
-
     cases = []
     for command, base in COMMAND_BASES.items():
         parser = importlib.import_module(f"vepo_trl.commands.{command}").make_parser()
@@ -201,7 +199,7 @@ def command_cases() -> list[tuple[list[str], str]]:
             if not action.option_strings or action.nargs == 0 or action.dest == "help":
                 continue
             flag = action.option_strings[-1]
-            rule = option_rule(command, action.dest)
+            rule = parser.rules[action.dest]
             for value in _bad_values(rule):
                 argv = list(base)
                 if flag in argv:  # the base's own option: replaced, never repeated

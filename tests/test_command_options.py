@@ -1,4 +1,4 @@
-"""Every option of every command goes through one table (`validation.OPTION_RULES` and `RANGES`), every folder a
+"""Every option of every command is declared once (a dataclass of `options.option` fields with their rules), every folder a
 command writes through one check, every recipe value of any YAML type through one rule: drawn over all commands.
 
 Each case runs the real CLI in this process up to the point a model or data would load (those are replaced by a
@@ -7,6 +7,7 @@ refused.
 """
 
 import argparse
+import dataclasses
 import datetime
 import os
 import subprocess
@@ -20,7 +21,8 @@ from hypothesis import strategies as st
 
 import vepo_trl.train as train_module
 from vepo_trl.cli import main as cli_main
-from vepo_trl.validation import OPTION_RULES, option_rule
+from vepo_trl.options import option, parser_for
+from vepo_trl.validation import TEXT
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,6 +44,11 @@ def parsers() -> dict[str, argparse.ArgumentParser]:
         name: importlib.import_module(f"vepo_trl.commands.{name}").make_parser()
         for name in ("eval", "inspect", "analyze", "plot", "lab")
     }
+
+
+def option_rule(command: str, name: str):
+    """The rule `vepo-trl command` declares for its option `name`."""
+    return parsers()[command].rules[name]
 
 
 def options(command: str) -> dict[str, argparse.Action]:
@@ -181,19 +188,34 @@ PATH_KINDS = ("out_folder", "out_file", "in_file", "in_folder", "in_path", "text
 REQUIRED = {"plot": ["RUN"], "analyze": ["--dataset", "synthetic"]}
 
 
-def test_every_option_of_every_command_has_a_rule():
-    """The table covers every option of every command: a new option without a rule fails here."""
-    missing = [
-        f"{command} --{name}"
-        for command in parsers()
-        for name in options(command)
-        if option_rule(command, name) is None
-    ]
-    assert missing == []
-    # And the table names no option that no command has (a renamed option leaves no stale rule behind)
-    every = {name for command in parsers() for name in options(command)}
-    stale = [key for key in OPTION_RULES if key.split()[-1] not in every]
-    assert stale == []
+def test_every_option_of_every_command_is_declared_once_with_a_rule():
+    """Each command's parser is read from its declaration: every option is a declared field with a rule and help
+    text in --help, and every declared field is an option (nothing declared and not parsed, nor the reverse)."""
+    import dataclasses
+
+    for command, parser in parsers().items():
+        fields = {field.name: field for field in dataclasses.fields(parser.declaration)}
+        assert set(options(command)) == set(fields), command
+        assert all(parser.rules[name] is fields[name].metadata["rule"] for name in fields), command
+        text = parser.format_help()
+        for name, field in fields.items():
+            assert (f"--{name}" if not field.metadata["positional"] else field.metadata["metavar"]) in text
+        parsed = parser.parse_args(REQUIRED_ARGS.get(command, []))
+        assert isinstance(parsed, parser.declaration)
+
+
+# What a command needs to parse at all, as typed
+REQUIRED_ARGS = {"plot": [str(REPO)], "analyze": ["--dataset", "synthetic"]}
+
+
+def test_an_option_declared_without_a_rule_cannot_make_a_parser():
+    @dataclasses.dataclass
+    class Options:
+        name: str | None = option(None, "A name.", rule=TEXT)
+        other: str | None = None
+
+    with pytest.raises(TypeError, match="Options.other: an option declared without a rule"):
+        parser_for(Options, prog="vepo-trl x")
 
 
 def option_values(place: Place, command: str, name: str, action: argparse.Action, bad: bool) -> list[str] | None:

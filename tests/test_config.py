@@ -202,3 +202,26 @@ def test_bf16_follows_the_hardware_unless_set(tmp_path, monkeypatch):
     assert VEPOConfig(output_dir=str(tmp_path), report_to="none", bf16=False).bf16 is False
     monkeypatch.setattr(config_module, "_hardware_supports_bf16", lambda: True)
     assert VEPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True).bf16 is False
+
+
+def test_defaults_raise_no_future_warning_and_keep_trls_checkpointing(tmp_path):
+    """TRL declares its default under transformers' deprecated `gradient_checkpointing`, so `GRPOConfig()` warns about
+    a setting nobody gave; `VEPOConfig()` keeps TRL's default (on) under the new name, silently, and a user's own value
+    under either name is what the run uses."""
+    import warnings
+
+    from vepo_trl.config import _CHECKPOINTING_RENAMED
+
+    if _CHECKPOINTING_RENAMED:  # the upstream behaviour the workaround exists for
+        with pytest.warns(FutureWarning, match="gradient_checkpointing"):
+            GRPOConfig(output_dir=str(tmp_path), use_cpu=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        config = VEPOConfig(output_dir=str(tmp_path), use_cpu=True)
+        assert config.activation_checkpointing is True and config.gradient_checkpointing is True
+        off = VEPOConfig(output_dir=str(tmp_path), use_cpu=True, activation_checkpointing=False)
+        assert off.activation_checkpointing is False and off.gradient_checkpointing is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # the user's own deprecated name: transformers' warning is theirs
+        old = VEPOConfig(output_dir=str(tmp_path), use_cpu=True, gradient_checkpointing=False)
+    assert old.activation_checkpointing is False and old.gradient_checkpointing is False

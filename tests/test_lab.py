@@ -116,9 +116,9 @@ def test_lab_quick_end_to_end(tmp_path, monkeypatch, capsys, shared_cache):
     from vepo_trl.cli import main
 
     monkeypatch.setenv("VEPO_TRL_CACHE", str(shared_cache))
-    start = time.perf_counter()
     main(["lab", "--quick", "--output_dir", str(tmp_path / "lab")])
-    seconds = time.perf_counter() - start
+    # One line per run, never transformers' raw log dicts (`{'loss': ...}`)
+    assert not [line for line in capsys.readouterr().out.splitlines() if line.lstrip().startswith("{'")]
     lab = json.loads((tmp_path / "lab" / "lab.json").read_text())
     assert set(lab["summary"]) == {"full", "vepo:0.2"}
     assert lab["settings"]["warm_start"]["task"] == "squares"
@@ -137,7 +137,6 @@ def test_lab_quick_end_to_end(tmp_path, monkeypatch, capsys, shared_cache):
     table = (tmp_path / "lab" / "lab.md").read_text()
     assert "| vepo:0.2 |" in table and "| full |" in table
     assert (tmp_path / "lab" / "lab_curves.png").stat().st_size > 1000
-    assert seconds < 180, f"vepo-trl lab --quick took {seconds:.0f} s"
 
 
 def test_warm_start_demo_recipe_parses_to_the_lab_model_and_data():

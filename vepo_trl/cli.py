@@ -92,6 +92,12 @@ def main(argv: list[str] | None = None) -> None:
             f"\nvepo-trl {name}: {'terminated (SIGTERM)' if terminated else 'interrupted'}: {kept}.", file=sys.stderr
         )
         sys.exit(143 if terminated else 130)
+    except BrokenPipeError:  # `vepo-trl strategies | head`: the reader left; what it read is all it wanted
+        import os
+
+        # Python would fail again flushing stdout at exit: point it at nothing (the `signal` module's documented way)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
 
 
 def _check_cache() -> None:

@@ -10,6 +10,17 @@ from trl import GRPOConfig
 from .validation import check_object, rules_for
 
 
+def _checkpointing_renamed() -> bool:
+    """TRL declares its default (on) under transformers' deprecated name `gradient_checkpointing`, which makes every
+    config warn (`FutureWarning`) about a setting the user never gave. True while that holds; once TRL moves to
+    `activation_checkpointing` (or transformers drops the alias) VEPOConfig leaves both fields as TRL declares them."""
+    names = {f.name: f for f in dataclasses.fields(GRPOConfig)}
+    return "activation_checkpointing" in names and names.get("gradient_checkpointing", field()).default is True
+
+
+_CHECKPOINTING_RENAMED = _checkpointing_renamed()
+
+
 @dataclass
 class VEPOConfig(GRPOConfig):
     r"""
@@ -95,6 +106,12 @@ class VEPOConfig(GRPOConfig):
             process scores each chunk right after its forward instead: memory stays flat, but zero-advantage
             responses no longer skip their perturbed forward. `0` always scores chunk by chunk.
     """
+
+    if _CHECKPOINTING_RENAMED:
+        # TRL's default (on), kept under the new name; the deprecated one still works (and warns) when a user gives it
+        gradient_checkpointing: bool | None = field(
+            default=None, metadata={"help": "Deprecated alias of `activation_checkpointing` (transformers)."}
+        )
 
     selection_strategy: str = field(
         default="vepo",
@@ -205,9 +222,12 @@ class VEPOConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        # Every value against its rule (`vepo_trl.validation`), before TRL's own checks, some of which divide by these.
+        # Every value against its rule and the cross-field rules (`validation.RANGES`, `validation.COMBINATIONS`),
+        # before TRL's own checks, some of which divide by these.
         # YAML and Python callers bypass argparse's conversion: `noise_step: 500.0` is stored as 500, 500.7 refused
         check_object(self, rules_for(VEPOConfig))
+        if _CHECKPOINTING_RENAMED and self.activation_checkpointing is None and self.gradient_checkpointing is None:
+            self.activation_checkpointing = True  # TRL's default, without transformers' warning about the old name
         if self.bf16 is None:
             # GRPOConfig would turn an unset bf16 into True, which TrainingArguments then rejects on a CPU
             self.bf16 = not self.fp16 and not self.use_cpu and _hardware_supports_bf16()
@@ -216,28 +236,6 @@ class VEPOConfig(GRPOConfig):
 
         if problem := unresumable_fsdp2_optimizer(self):
             raise ValueError(problem)
-        if self.importance_sampling_level == "sequence" and self.selection_strategy != "full":
-            raise ValueError(
-                "importance_sampling_level='sequence' (GSPO) uses one ratio per response, averaged over all its "
-                f"tokens, so selection_strategy={self.selection_strategy!r} could only reweight whole responses, not "
-                "choose tokens. Use importance_sampling_level='token' with token selection, or selection_strategy="
-                "'full' for GSPO."
-            )
-        if self.selection_mode == "weight" and self.top_entropy_quantile < 1.0:
-            raise ValueError(
-                "selection_mode='weight' and top_entropy_quantile < 1 both weight the policy-gradient term; use one."
-            )
-        if self.use_adaptive_entropy and self.selection_strategy != "full":
-            raise ValueError(
-                "use_adaptive_entropy is not supported with token selection: its controller would see TRL's masked "
-                "entropy, not VEPO's entropy_scope. Use a fixed entropy_coef, or selection_strategy='full'."
-            )
-        if self.top_entropy_quantile < 1.0 and self.selection_strategy != "full":
-            raise ValueError(
-                f"top_entropy_quantile={self.top_entropy_quantile} is GRPO's own batch-wide entropy filter and would "
-                f"stack on selection_strategy={self.selection_strategy!r}. Leave top_entropy_quantile at 1.0 and use "
-                "selection_strategy='entropy' with selection_ratio for per-response top-k entropy."
-            )
         check_settings_read(self)
         if self.perturbation_seed is None:
             self.perturbation_seed = self.seed

@@ -1,21 +1,111 @@
-"""The one parser of every command with its own options (`eval`, `inspect`, `analyze`, `plot`, `lab`,
-`strategies`): argparse whose errors are one line (exit 2), which refuses a flag given twice, and whose every parsed
-value goes through the one table of option rules (`validation.OPTION_RULES`). `train` and `demo` take TRL's parser;
-the same repeat rule and table (`validation.RANGES`) reach them through `commands.train._parse`."""
+"""How a command declares its options, and the one parser built from the declaration.
+
+Each command with its own options (`eval`, `inspect`, `analyze`, `plot`, `lab`, `strategies`) declares them once, as a
+dataclass whose fields are made by `option` (default, help text, the value rule, the help group), in the manner of
+`VEPOConfig` and TRL's script arguments. `parser_for` reads the declaration into argparse (type, list, flag and
+choices from the field's type and rule), so the parser, `--help`, the value checks, the tests and
+`benchmarks/bad_inputs.py` all read the same fields. `OneLineParser`'s errors are one line (exit 2); it refuses a flag
+given twice, sends every parsed value (defaults included) through its field's rule (`validation.check_options`) and
+returns the declaration filled in. `train` and `demo` take TRL's parser over `VEPOConfig` and the script's dataclasses,
+with the same repeat rule and value table (`validation.RANGES`) through `commands.train._parse`."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
-from typing import NoReturn
+import types
+import typing
+from typing import Any, NoReturn
 
 from .errors import UsageError, fail
 
 
+def option(default: Any = None, help: str = "", *, rule, group: str | None = None, positional: bool = False,
+           required: bool = False, repeatable: bool = False, metavar: str | None = None, choices=None) -> Any:  # fmt: skip
+    """One declared option: a dataclass field carrying its help text, its value rule (`validation.Rule`) and its help
+    group. `repeatable`: a list given by repeating the flag (argparse's append) rather than after one flag."""
+    metadata = {
+        "help": help, "rule": rule, "group": group, "positional": positional, "required": required,
+        "repeatable": repeatable, "metavar": metavar, "choices": choices,
+    }  # fmt: skip
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def declared_rules(declaration) -> dict[str, Any]:
+    """Each declared option's rule, by name (`TypeError` for a field declared without one: a bug)."""
+    rules = {}
+    for field in dataclasses.fields(declaration):
+        if field.metadata.get("rule") is None:
+            raise TypeError(
+                f"{declaration.__name__}.{field.name}: an option declared without a rule (options.option)."
+            )
+        rules[field.name] = field.metadata["rule"]
+    return rules
+
+
+def flag_of(field: dataclasses.Field) -> str:
+    """How a user writes the option: `--name`, or the metavar of a positional one."""
+    if field.metadata.get("positional"):
+        return field.metadata.get("metavar") or field.name.upper()
+    return f"--{field.name}"
+
+
+def _kind(annotation) -> tuple[type, bool]:
+    """The element type of a field's annotation and whether it is a list (`int | None` -> int, `list[float]` ->
+    float, list)."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        annotation = next(part for part in typing.get_args(annotation) if part is not type(None))
+    if typing.get_origin(annotation) is list:
+        return typing.get_args(annotation)[0], True
+    return annotation, False
+
+
+def parser_for(declaration, *, prog: str, description: str | None = None,
+               formatter_class=argparse.HelpFormatter) -> OneLineParser:  # fmt: skip
+    """The argparse parser of a declaration: each field one option, in its group, in the declared order."""
+    parser = OneLineParser(prog=prog, description=description, formatter_class=formatter_class)
+    parser.declaration = declaration
+    parser.rules = declared_rules(declaration)
+    hints = typing.get_type_hints(declaration)
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for field in dataclasses.fields(declaration):
+        meta = field.metadata
+        group = meta["group"]
+        target = (
+            parser
+            if group is None
+            else groups.get(group) or groups.setdefault(group, parser.add_argument_group(group))
+        )
+        element, is_list = _kind(hints[field.name])
+        kwargs: dict[str, Any] = {"help": meta["help"] or None}
+        if element is bool:
+            kwargs["action"] = "store_true"
+        else:
+            kwargs["default"] = field.default_factory() if field.default is dataclasses.MISSING else field.default
+            if element in (int, float):
+                kwargs["type"] = element
+            if is_list:
+                kwargs["action" if meta["repeatable"] else "nargs"] = "append" if meta["repeatable"] else "+"
+            for key in ("metavar", "choices"):
+                if meta[key] is not None:
+                    kwargs[key] = meta[key]
+        if meta["positional"]:
+            target.add_argument(field.name, **kwargs)
+        else:
+            target.add_argument(f"--{field.name}", required=meta["required"], **kwargs)
+    return parser
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse with its errors on one line (no usage block) and exit code 2, as every vepo-trl command reports;
-    a flag given twice is refused, and every parsed value goes through the one table of option rules
-    (`validation.check_options`), so a command's options obey the same rules as every other command's."""
+    a flag given twice is refused, and every parsed value goes through its declared rule (`validation.check_options`),
+    so a command's options obey the same rules as every other command's. Built by `parser_for`."""
+
+    declaration: Any = None
+    rules: dict[str, Any] = {}
 
     def error(self, message: str) -> NoReturn:
         fail(self.prog, message)
@@ -27,24 +117,25 @@ class OneLineParser(argparse.ArgumentParser):
         except UsageError as error:
             self.error(str(error))
         parsed = super().parse_args(argv, namespace)
+        if self.declaration is None:
+            return parsed
         from .validation import check_options
 
+        flags = {field.name: flag_of(field) for field in dataclasses.fields(self.declaration)}
         try:
-            check_options(self.prog.split()[-1], vars(parsed))
+            check_options(self.rules, vars(parsed), flags)
         except UsageError as error:
             self.error(str(error))
-        return parsed
+        return self.declaration(**vars(parsed))
 
     def _get_value(self, action, arg_string):
         try:
             return super()._get_value(action, arg_string)
         except argparse.ArgumentError:
-            from .validation import option_rule
-
-            rule = option_rule(self.prog.split()[-1], action.dest)
+            rule = self.rules.get(action.dest)
             if rule is None or not action.option_strings:
                 raise
-            # argparse says "invalid int value"; the table says what the value must be
+            # argparse says "invalid int value"; the declared rule says what the value must be
             raise argparse.ArgumentError(
                 None, f"{action.option_strings[-1]} {arg_string!r}: text, must be {rule.valid}."
             ) from None

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError, check_output_folder
+from .utils import count
 
 
 RUN_FILE = "vepo_run.json"
@@ -413,7 +414,7 @@ def plan_run(
         if state is not None and state["global_step"] > 0:
             # A finished run without checkpoints: a longer run cannot continue it, only start over and replace it
             raise UsageError(
-                f"output_dir {folder} holds a finished run of {state['global_step']} steps and no checkpoint-* to "
+                f"output_dir {folder} holds a finished run of {count(state['global_step'], 'step')} and no checkpoint-* to "
                 "continue it from (save_strategy steps saves them): pass --overwrite_output_dir true to train again "
                 "from the start and replace it, or choose another --output_dir."
             )

@@ -14,6 +14,7 @@ from pathlib import Path
 from .perturb import RELEASE_NUM_GENERATIONS, annealed_noise_step
 from .run_folder import write_text_atomically
 from .scoring import get_strategy
+from .utils import count
 
 
 # The files a report writes next to the saved model
@@ -124,7 +125,7 @@ def run_summary(trainer, seconds: float, command: str = "demo") -> str:
         f"# vepo-trl {command}",
         "",
         f"Trained {model_name} ({parameters:,} parameters) with {method_name(strategy.name)} for "
-        f"{trainer.state.global_step} steps in {seconds:.0f} s on {where}.",
+        f"{count(trainer.state.global_step, 'step')} in {seconds:.0f} s on {where}.",
         "",
         f"- Selection: {selection_text(args)}.",
     ]
@@ -145,15 +146,15 @@ def run_summary(trainer, seconds: float, command: str = "demo") -> str:
         lines.append(f"- No perturbed pass: strategy `{strategy.name}` needs none.")
     if not steps:
         lines.append(
-            f"- No training step was logged (logging_steps {args.logging_steps:g}, {trainer.state.global_step} "
-            "steps), so there are no per-step figures; lower `--logging_steps` to get them."
+            f"- No training step was logged (logging_steps {args.logging_steps:g}, "
+            f"{count(trainer.state.global_step, 'step')}), so there are no per-step figures; lower `--logging_steps` to get them."
         )
     else:
         rewards = series("reward")
         quarter = max(1, len(rewards) // 4)
         start, end = _mean(rewards[:quarter]), _mean(rewards[-quarter:])
         reward = "not logged" if start is None else f"{start:.3f} -> {end:.3f}"
-        lines.append(f"- Reward (mean of the first / last quarter of {len(steps)} logged steps): {reward}.")
+        lines.append(f"- Reward (mean of the first / last quarter of {count(len(steps), 'logged step')}): {reward}.")
         fraction = _mean(series("vepo/selected_fraction"))
         if fraction is None and strategy.count == "all":
             lines.append("- Tokens trained on: every valid completion token.")

@@ -54,3 +54,8 @@ def lazy_exports(package: str, exports: dict[str, str]):
         return getattr(importlib.import_module(f"{package}.{exports[name]}"), name)
 
     return __getattr__
+
+
+def count(number, noun: str) -> str:
+    """`1 step`, `2 steps`: a count with its noun in the right number (what a user reads in a summary line)."""
+    return f"{number:,} {noun}" if number == 1 else f"{number:,} {noun}s"

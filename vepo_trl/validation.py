@@ -208,98 +208,28 @@ RANGES: dict[str, Rule] = {
 }
 
 
-# The options of the commands with their own parsers (`eval`, `inspect`, `analyze`, `plot`, `lab`), in the same
-# table: a name `RANGES` holds means the same thing here ("temperature", "noise_step", "min_pixels", ...), and
-# "<command> <option>" overrides a name whose meaning differs by command. Beyond the number kinds: "text" (any
-# non-empty text), "url", "out_folder" (a folder the command writes: `errors.check_output_folder`), "out_file" (a file
-# it writes: its folder is checked the same way), "in_file", "in_folder", "in_path" (file or folder; read later by
-# `errors.read_input`), "model" (a model folder or a Hub id, checked by the command with its files). Every option of
-# every command has a rule here or in `RANGES` (tests/test_command_options.py enumerates them).
-_TEXT = Rule("text", "non-empty text", optional=True)
-_MODEL = Rule("model", "a model folder or a Hub id (owner/name)", optional=True)
-_SEED = _whole(_between(0, 2**32 - 1), "a whole number in 0..2**32-1")
-OPTION_RULES: dict[str, Rule] = {
-    # eval
-    "model": _MODEL,
-    "adapter": Rule("in_folder", "a LoRA adapter folder that exists", optional=True),
-    "base_model": _MODEL,
-    "dtype": _names("auto", "bfloat16", "float16", "float32"),
-    "benchmarks": _TEXT,
-    "data_dir": Rule("in_folder", "a folder of benchmark copies, one sub-folder per benchmark", optional=True),
-    "limit": _whole(_at_least(1), "a whole number >= 1, or unset for every row", True),
-    "max_new_tokens": _whole(_at_least(1), "a whole number of tokens >= 1"),
-    "backend": _names("auto", "vllm", "transformers"),
-    "batch_size": _whole(_at_least(1), "a whole number >= 1", True),
-    "max_model_len": _whole(_at_least(1), "a whole number of tokens >= 1, or unset", True),
-    "tensor_parallel_size": _whole(_at_least(1), "a whole number of GPUs >= 1, or unset", True),
-    "gpu_memory_utilization": _number(_between(0, 1, low_open=True), "in (0, 1], or unset (vLLM's 0.9)", True),
-    "protocol": Rule("choice", "a grading protocol", choices=lambda: ("paper", "lenient", "rule")),
-    "rescore": Rule("in_folder", "an eval results folder that exists", optional=True),
-    "judge_model": _TEXT,
-    "judge_base_url": Rule("url", "an http:// or https:// address", optional=True),
-    "judge_api_key_env": _TEXT,
-    "judge_timeout": _number(_above(0), "above 0 seconds"),
-    "judge_max_retries": _whole(_at_least(0), "a whole number >= 0 (0: no retries)"),
-    "judge_workers": _whole(_at_least(1), "a whole number >= 1 (concurrent judge requests)"),
-    "output_dir": Rule("out_folder", "a folder that can be written", optional=True),
-    "paper_model": _names("Qwen2.5-VL-3B-Instruct", "Qwen2.5-VL-7B-Instruct"),
-    "no_model_card": Rule("bool", "a flag"),
-    "push_to_hub": Rule("bool", "a flag"),
-    "hub_model_id": _TEXT,
-    "hub_token": _TEXT,
-    # inspect and analyze
-    "image": Rule("in_file", "an image file that exists", optional=True),
-    "question": _TEXT,
-    "answer": _TEXT,
-    "dataset": _TEXT,
-    "split": _TEXT,
-    "index": _whole(_at_least(0), "a whole row number >= 0", True),
-    "records": Rule("in_file", "a selection-records file (JSON Lines) that exists", optional=True),
-    "response": _TEXT,
-    "device": _TEXT,
-    "config": Rule("in_file", "a recipe file (YAML) that exists", optional=True),
-    "strategy": dataclasses.replace(RANGES["selection_strategy"], optional=True),
-    "k": dataclasses.replace(RANGES["selection_ratio"], optional=True),
-    "alpha": dataclasses.replace(RANGES["selection_alpha"], optional=True),
-    "perturbation": dataclasses.replace(RANGES["perturbation"], optional=True),
-    "step": _whole(_at_least(0), "a whole training step >= 0"),
-    "num_generations": _whole(_at_least(1), "a whole number >= 1"),
-    "greedy": Rule("bool", "a flag"),
-    "sample_seed": _SEED,
-    "reward_funcs": _TEXT,
-    "ratios": Rule("numbers", "fractions in (0, 1]", lambda v: 0 < v <= 1),
-    "output": Rule("out_file", "a file that can be written", optional=True),
-    "save_records": Rule("out_file", "a file that can be written", optional=True),
-    "title": _TEXT,
-    "analyze output_dir": Rule("out_folder", "a folder that can be written"),
-    # plot
-    "runs": Rule("in_path", "run folders or log files that exist"),
-    "labels": _TEXT,
-    # 100,000 dpi asks matplotlib for a canvas of terabytes
-    "dpi": _whole(_between(20, 1200), "a whole number of dots per inch in 20..1200"),
-    # lab
-    "task": _TEXT,
-    "strategies": _TEXT,
-    "seeds": _TEXT,
-    "learning_rates": _TEXT,
-    "sweep": _TEXT,
-    "quick": Rule("bool", "a flag"),
-    "steps": _whole(_at_least(1), "a whole number of steps >= 1", True),
-    "max_minutes": _number(_above(0), "above 0 minutes, or unset", True),
-    "lab learning_rate": _number(
-        _above(0), "above 0 (a lab run that learns nothing compares nothing), or unset", True
-    ),
-    "eval_rows": _whole(_at_least(1), "a whole number >= 1, or unset", True),
-    "build_warm_start": Rule("bool", "a flag"),
-    "lab output_dir": Rule("out_folder", "a folder that can be written"),
-    "jobs": _whole(_at_least(1), "a whole number >= 1 (runs at once)"),
-    "overwrite_output_dir": Rule("bool", "a flag"),
-}
+# The kinds of value the commands' own options take, for their declarations (`vepo_trl.commands.*`, built with
+# `options.option`): a name `RANGES` holds is reused there as it is ("temperature", "noise_step", "min_pixels", ...).
+# Beyond the number kinds: "text" (any non-empty text), "url", "out_folder" (a folder the command writes:
+# `errors.check_output_folder`), "out_file" (a file it writes: its folder is checked the same way), "in_file",
+# "in_folder", "in_path" (file or folder), "model" (a model folder or a Hub id, checked by the command with its files).
+whole, number, names, at_least, above, between = _whole, _number, _names, _at_least, _above, _between
+TEXT = Rule("text", "non-empty text", optional=True)
+MODEL = Rule("model", "a model folder or a Hub id (owner/name)", optional=True)
+SEED = _whole(_between(0, 2**32 - 1), "a whole number in 0..2**32-1")
+FLAG = Rule("bool", "a flag")
+OUT_FOLDER = Rule("out_folder", "a folder that can be written", optional=True)
+OUT_FILE = Rule("out_file", "a file that can be written", optional=True)
 
 
-def option_rule(command: str, name: str) -> Rule | None:
-    """The rule of `--name` of `vepo-trl command`: the command's own entry, the shared one, then `RANGES`."""
-    return OPTION_RULES.get(f"{command} {name}") or OPTION_RULES.get(name) or RANGES.get(name)
+def path_rule(kind: str, valid: str, optional: bool = True) -> Rule:
+    """A path the command reads ("in_file", "in_folder", "in_path") or writes ("out_folder", "out_file")."""
+    return Rule(kind, valid, optional=optional)
+
+
+def optional(rule: Rule) -> Rule:
+    """`rule`, with unset (None) allowed: an option whose default is "the recipe's, or the paper's"."""
+    return dataclasses.replace(rule, optional=True)
 
 
 def _check_path(flag: str, value, rule: Rule) -> None:
@@ -330,19 +260,17 @@ def _check_path(flag: str, value, rule: Rule) -> None:
         raise UsageError(f"{flag} {value}: a folder, not a file; must be {rule.valid}.")
 
 
-def check_options(command: str, options: Mapping[str, object]) -> None:
-    """The parsed options of `vepo-trl command` against the table (`option_rule`), defaults included (a default
-    output folder is written like a given one), then the combinations among them. Raises `UsageError` (one line)
-    for the first option that breaks its rule."""
+def check_options(rules: Mapping[str, Rule], options: Mapping[str, object], flags: Mapping[str, str]) -> None:
+    """A command's parsed options against their declared rules (`options.option`), defaults included (a default
+    output folder is written like a given one), then the combinations among them. `flags`: how the user writes each
+    (`--name`, or a positional's metavar). Raises `UsageError` (one line) for the first option that breaks its rule."""
     from .errors import UsageError
 
     for name, value in options.items():
-        rule = option_rule(command, name)
-        if rule is None:
-            raise UsageError(f"--{name}: an option without a rule (a bug: add it to validation.OPTION_RULES).")
+        rule = rules[name]
         if value is None:
             continue
-        flag = f"--{name}" if name != "runs" else "RUN_DIR"
+        flag = flags.get(name, f"--{name}")
         values = value if isinstance(value, (list, tuple)) and rule.kind != "numbers" else [value]
         for item in values:
             if rule.kind in ("out_folder", "out_file", "in_file", "in_folder", "in_path"):
@@ -417,7 +345,46 @@ COMBINATIONS: list[Combination] = [
         ),
         early=False,  # after the reward names are known to exist (an unknown name is the first thing to say)
     ),
+    # VEPO's token selection against GRPO's options that act on the same tokens or their weights
+    Combination(
+        ("importance_sampling_level", "selection_strategy"),
+        lambda level, strategy: level != "sequence" or strategy == "full",
+        lambda level, strategy: (
+            "importance_sampling_level='sequence' (GSPO) uses one ratio per response, averaged over all its tokens, "
+            f"so selection_strategy={strategy!r} could only reweight whole responses, not choose tokens. Use "
+            "importance_sampling_level='token' with token selection, or selection_strategy='full' for GSPO."
+        ),
+    ),
+    Combination(
+        ("selection_mode", "top_entropy_quantile"),
+        lambda mode, quantile: mode != "weight" or quantile >= 1.0,
+        lambda mode, quantile: (
+            "selection_mode='weight' and top_entropy_quantile < 1 both weight the policy-gradient term; use one."
+        ),
+    ),
+    Combination(
+        ("use_adaptive_entropy", "selection_strategy"),
+        lambda adaptive, strategy: not _true(adaptive) or strategy == "full",
+        lambda adaptive, strategy: (
+            "use_adaptive_entropy is not supported with token selection: its controller would see TRL's masked "
+            "entropy, not VEPO's entropy_scope. Use a fixed entropy_coef, or selection_strategy='full'."
+        ),
+    ),
+    Combination(
+        ("top_entropy_quantile", "selection_strategy"),
+        lambda quantile, strategy: quantile >= 1.0 or strategy == "full",
+        lambda quantile, strategy: (
+            f"top_entropy_quantile={quantile} is GRPO's own batch-wide entropy filter and would stack on "
+            f"selection_strategy={strategy!r}. Leave top_entropy_quantile at 1.0 and use selection_strategy='entropy' "
+            "with selection_ratio for per-response top-k entropy."
+        ),
+    ),
 ]
+
+
+def _true(value) -> bool:
+    """A flag as the command line (text) or a recipe / Python (a bool) gives it."""
+    return value is True or (isinstance(value, str) and value.strip().lower() in ("true", "1", "yes"))
 
 
 def _allows_none(annotation) -> bool:
@@ -621,7 +588,9 @@ def check_combinations(values: Mapping[str, object], *, early: bool = False) -> 
 def check_object(obj, rules: Mapping[str, Rule]) -> None:
     """The rules on an object's attributes (a built dataclass); whole floats are stored back as ints."""
     values = {name: getattr(obj, name) for name in rules if hasattr(obj, name)}
-    for name, value in check_values(values, rules).items():
+    if dataclasses.is_dataclass(obj):  # every field for the combinations, whether or not it has a rule of its own
+        values = {field.name: getattr(obj, field.name, None) for field in dataclasses.fields(obj)} | values
+    for name, value in check_values({**values}, rules).items():
         if value is not values[name]:
             object.__setattr__(obj, name, value)
 

@@ -1,12 +1,15 @@
-"""`vepo-trl analyze`: its options, checked by the option table as they are parsed (before torch or a model is
+"""`vepo-trl analyze`: its options, declared once (`AnalyzeOptions`) and checked by their rules as they are
+parsed (before torch or a model is
 imported), then `vepo_trl.insight.analyze_command.analyze_main`."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
-from ..options import OneLineParser
-from .insight_options import add_generation_options, add_model_options, add_settings_options
+from ..options import option, parser_for
+from ..validation import OUT_FILE, TEXT, Rule, at_least, path_rule, whole
+from .insight_options import ModelOptions, ResponseOptions, SettingsOptions
 
 
 ANALYZE_HELP = """The paper's selection analysis (section 2.2, Fig. 2, Fig. 5c) over a data set and a model.
@@ -21,23 +24,31 @@ Example:
 """
 
 
+@dataclass
+class AnalyzeData:
+    dataset: str | None = option(None, "Data set name or local file (synthetic generates rows).", rule=TEXT,
+                                 group="data", required=True)  # fmt: skip
+    split: str = option("train", "", rule=TEXT, group="data")
+    limit: int = option(32, "Prompts to analyse (the first N rows). Default 32.", group="data",
+                        rule=whole(at_least(1), "a whole number >= 1"))  # fmt: skip
+
+
+@dataclass
+class AnalyzeOptions(ResponseOptions, SettingsOptions, ModelOptions, AnalyzeData):
+    ratios: list[float] = option([0.1, 0.2, 0.4, 0.8], "The k values. Default 0.1 0.2 0.4 0.8.",
+                                 rule=Rule("numbers", "fractions in (0, 1]", lambda v: 0 < v <= 1))  # fmt: skip
+    output_dir: str = option("vepo-analysis", "", rule=path_rule("out_folder", "a folder that can be written", False))
+    save_records: str | None = option(None, "Also save every response's selection records (JSON Lines) here.",
+                                      rule=OUT_FILE)  # fmt: skip
+
+
 def make_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="vepo-trl analyze", description=ANALYZE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter
+    return parser_for(
+        AnalyzeOptions,
+        prog="vepo-trl analyze",
+        description=ANALYZE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    data = parser.add_argument_group("data")
-    data.add_argument("--dataset", required=True, help="Data set name or local file (synthetic generates rows).")
-    data.add_argument("--split", default="train")
-    data.add_argument("--limit", type=int, default=32, help="Prompts to analyse (the first N rows). Default 32.")
-    add_model_options(parser)
-    add_settings_options(parser, with_k=False)
-    parser.add_argument(
-        "--ratios", nargs="+", type=float, default=[0.1, 0.2, 0.4, 0.8], help="The k values. Default 0.1 0.2 0.4 0.8."
-    )
-    add_generation_options(parser, num_generations=4)
-    parser.add_argument("--output_dir", default="vepo-analysis")
-    parser.add_argument("--save_records", help="Also save every response's selection records (JSON Lines) here.")
-    return parser
 
 
 def main(argv: list[str]) -> None:

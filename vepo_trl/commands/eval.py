@@ -1,85 +1,118 @@
-"""`vepo-trl eval` (alias `evaluate`): its options, checked by the option table as they are parsed (before `datasets`,
-torch or a model is imported), then `vepo_trl.eval.run.run`."""
+"""`vepo-trl eval` (alias `evaluate`): its options, declared once (`EvalOptions`) and checked by their rules as they
+are parsed (before `datasets`, torch or a model is imported), then `vepo_trl.eval.run.run`."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any
 
 from ..eval.names import BENCHMARK_NAMES, PROTOCOL_HELP, PROTOCOLS
-from ..options import OneLineParser
+from ..options import option, parser_for
+from ..validation import (
+    FLAG,
+    MODEL,
+    OUT_FOLDER,
+    RANGES,
+    TEXT,
+    above,
+    at_least,
+    between,
+    names,
+    number,
+    path_rule,
+    whole,
+)
+
+
+PAPER_MODELS = ("Qwen2.5-VL-3B-Instruct", "Qwen2.5-VL-7B-Instruct")
+
+
+@dataclass
+class EvalOptions:
+    # model
+    model: str | None = option(None, "Model folder or Hub id (a PEFT adapter folder works too); required unless "
+                               "--rescore.", rule=MODEL, group="model")  # fmt: skip
+    adapter: str | None = option(None, "LoRA adapter folder applied on top of --model.", group="model",
+                                 rule=path_rule("in_folder", "a LoRA adapter folder that exists"))  # fmt: skip
+    base_model: str | None = option(None, "Base model of an adapter (default: its adapter_config).", rule=MODEL,
+                                    group="model")  # fmt: skip
+    dtype: str = option("auto", "Weights dtype.", rule=names("auto", "bfloat16", "float16", "float32"), group="model",
+                        choices=("auto", "bfloat16", "float16", "float32"))  # fmt: skip
+    # data
+    benchmarks: str = option("all", f"Comma-separated: {', '.join(BENCHMARK_NAMES)}; 'all' = the seven of the "
+                             "paper's Table 1.", rule=TEXT, group="data")  # fmt: skip
+    data_dir: str | None = option(None, "Folder with local copies, one sub-folder per benchmark (Hub parquet layout "
+                                  "or NoisyRollout's eval_data).", group="data",
+                                  rule=path_rule("in_folder", "a folder of benchmark copies, one sub-folder per "
+                                                 "benchmark"))  # fmt: skip
+    limit: int | None = option(None, "Evaluate only the first N examples of each benchmark (a partial run: no "
+                               "average).", group="data",
+                               rule=whole(at_least(1), "a whole number >= 1, or unset for every row", True))  # fmt: skip
+    min_pixels: int = option(262_144, "Images are resized to at least this many pixels.", rule=RANGES["min_pixels"],
+                             group="data")  # fmt: skip
+    max_pixels: int = option(1_000_000, "Images are resized to at most this many pixels.", rule=RANGES["max_pixels"],
+                             group="data")  # fmt: skip
+    # generation
+    max_new_tokens: int = option(2048, "", rule=whole(at_least(1), "a whole number of tokens >= 1"),
+                                 group="generation")  # fmt: skip
+    backend: str = option("auto", "auto: vLLM when installed and running as one process, else transformers.",
+                          rule=names("auto", "vllm", "transformers"), group="generation",
+                          choices=("auto", "vllm", "transformers"))  # fmt: skip
+    batch_size: int | None = option(None, "Prompts per generate call (8; vLLM: 256).", group="generation",
+                                    rule=whole(at_least(1), "a whole number >= 1", True))  # fmt: skip
+    max_model_len: int | None = option(None, "vLLM context length (default: the model's).", group="generation",
+                                       rule=whole(at_least(1), "a whole number of tokens >= 1, or unset", True))  # fmt: skip
+    gpu_memory_utilization: float | None = option(
+        None, "vLLM: the share of GPU memory the engine may take, in (0, 1] (default: vLLM's 0.9); lower it when "
+        "other processes hold memory.", group="generation",
+        rule=number(between(0, 1, low_open=True), "in (0, 1], or unset (vLLM's 0.9)", True))  # fmt: skip
+    tensor_parallel_size: int | None = option(
+        None, "vLLM tensor parallelism (default: the most visible GPUs that divide the model's attention heads, e.g. "
+        "4 of 8 for the 7B's 28 heads).", group="generation",
+        rule=whole(at_least(1), "a whole number of GPUs >= 1, or unset", True))  # fmt: skip
+    # grading
+    protocol: str = option("paper", "; ".join(f"{name}: {text}" for name, text in PROTOCOL_HELP.items()) + ".",
+                           rule=names(*PROTOCOLS), group="grading", choices=PROTOCOLS)  # fmt: skip
+    rescore: str | None = option(None, "Grade the completions stored in DIR again under --protocol (no model, no "
+                                 "generation); every protocol's verdicts are kept per record.", group="grading",
+                                 metavar="DIR", rule=path_rule("in_folder", "an eval results folder that exists"))  # fmt: skip
+    judge_model: str = option("gpt-4o-mini", "Judge of MathVerse, MathVision, MathVista, We-Math and MMK12 (the "
+                              "paper's: gpt-4o-mini).", rule=TEXT, group="grading")  # fmt: skip
+    judge_base_url: str | None = option(None, "OpenAI-compatible endpoint (default: OpenAI's).", group="grading",
+                                        rule=path_rule("url", "an http:// or https:// address"))  # fmt: skip
+    judge_api_key_env: str = option("OPENAI_API_KEY", "Environment variable holding the key.", rule=TEXT,
+                                    group="grading")  # fmt: skip
+    judge_timeout: float = option(60.0, "Seconds per judge request.", rule=number(above(0), "above 0 seconds"),
+                                  group="grading")  # fmt: skip
+    judge_max_retries: int = option(3, "Retries on timeouts, 429 and 5xx.", group="grading",
+                                    rule=whole(at_least(0), "a whole number >= 0 (0: no retries)"))  # fmt: skip
+    judge_workers: int = option(8, "Concurrent judge requests.", group="grading",
+                                rule=whole(at_least(1), "a whole number >= 1 (concurrent judge requests)"))  # fmt: skip
+    # output
+    output_dir: str | None = option(None, "Results folder (default: eval-<model folder name>).", rule=OUT_FOLDER,
+                                    group="output")  # fmt: skip
+    paper_model: str | None = option(None, "Paper rows to show beside the results (default: guessed from the model "
+                                     "name).", rule=names(*PAPER_MODELS), group="output", choices=PAPER_MODELS)  # fmt: skip
+    # model card and Hub
+    no_model_card: bool = option(False, "Leave the model folder's README.md as it is (by default the complete "
+                                 "results are written into it as `model-index` metadata, the Hub's evaluation-results "
+                                 "format).", rule=FLAG, group="model card and Hub")  # fmt: skip
+    push_to_hub: bool = option(False, "Push the card with the results to --hub_model_id.", rule=FLAG,
+                               group="model card and Hub")  # fmt: skip
+    hub_model_id: str | None = option(None, "The Hub repo of the model (owner/name), for --push_to_hub.", rule=TEXT,
+                                      group="model card and Hub")  # fmt: skip
+    hub_token: str | None = option(None, "Hub token (default: the logged-in one, or HF_TOKEN).", rule=TEXT,
+                                   group="model card and Hub")  # fmt: skip
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
+    return parser_for(
+        EvalOptions,
         prog="vepo-trl eval",
         description="Greedy evaluation on the paper's seven benchmarks (or a subset), with a Table-1 summary.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    model = parser.add_argument_group("model")
-    model.add_argument("--model", default=None,
-                       help="Model folder or Hub id (a PEFT adapter folder works too); required unless --rescore.")  # fmt: skip
-    model.add_argument("--adapter", default=None, help="LoRA adapter folder applied on top of --model.")
-    model.add_argument("--base_model", default=None, help="Base model of an adapter (default: its adapter_config).")
-    model.add_argument(
-        "--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"), help="Weights dtype."
-    )
-    data = parser.add_argument_group("data")
-    data.add_argument(
-        "--benchmarks",
-        default="all",
-        help=f"Comma-separated: {', '.join(BENCHMARK_NAMES)}; 'all' = the seven of the paper's Table 1.",
-    )
-    data.add_argument(
-        "--data_dir",
-        default=None,
-        help="Folder with local copies, one sub-folder per benchmark (Hub parquet layout or NoisyRollout's eval_data).",
-    )
-    data.add_argument("--limit", type=int, default=None,
-                      help="Evaluate only the first N examples of each benchmark (a partial run: no average).")  # fmt: skip
-    data.add_argument(
-        "--min_pixels", type=int, default=262_144, help="Images are resized to at least this many pixels."
-    )
-    data.add_argument(
-        "--max_pixels", type=int, default=1_000_000, help="Images are resized to at most this many pixels."
-    )
-    gen = parser.add_argument_group("generation")
-    gen.add_argument("--max_new_tokens", type=int, default=2048)
-    gen.add_argument("--backend", choices=("auto", "vllm", "transformers"), default="auto",
-                     help="auto: vLLM when installed and running as one process, else transformers.")  # fmt: skip
-    gen.add_argument("--batch_size", type=int, default=None, help="Prompts per generate call (8; vLLM: 256).")
-    gen.add_argument("--max_model_len", type=int, default=None, help="vLLM context length (default: the model's).")
-    gen.add_argument("--gpu_memory_utilization", type=float, default=None,
-                     help="vLLM: the share of GPU memory the engine may take, in (0, 1] (default: vLLM's 0.9); lower "
-                          "it when other processes hold memory.")  # fmt: skip
-    gen.add_argument("--tensor_parallel_size", type=int, default=None,
-                     help="vLLM tensor parallelism (default: the most visible GPUs that divide the model's attention "
-                          "heads, e.g. 4 of 8 for the 7B's 28 heads).")  # fmt: skip
-    grading = parser.add_argument_group("grading")
-    grading.add_argument("--protocol", choices=PROTOCOLS, default="paper",
-                         help="; ".join(f"{name}: {text}" for name, text in PROTOCOL_HELP.items()) + ".")  # fmt: skip
-    grading.add_argument("--rescore", default=None, metavar="DIR",
-                         help="Grade the completions stored in DIR again under --protocol (no model, no generation); "
-                              "every protocol's verdicts are kept per record.")  # fmt: skip
-    grading.add_argument("--judge_model", default="gpt-4o-mini",
-                         help="Judge of MathVerse, MathVision, MathVista, We-Math and MMK12 (the paper's: gpt-4o-mini).")  # fmt: skip
-    grading.add_argument("--judge_base_url", default=None, help="OpenAI-compatible endpoint (default: OpenAI's).")
-    grading.add_argument("--judge_api_key_env", default="OPENAI_API_KEY", help="Environment variable holding the key.")
-    grading.add_argument("--judge_timeout", type=float, default=60.0, help="Seconds per judge request.")
-    grading.add_argument("--judge_max_retries", type=int, default=3, help="Retries on timeouts, 429 and 5xx.")
-    grading.add_argument("--judge_workers", type=int, default=8, help="Concurrent judge requests.")
-    out = parser.add_argument_group("output")
-    out.add_argument("--output_dir", default=None, help="Results folder (default: eval-<model folder name>).")
-    out.add_argument("--paper_model", default=None, choices=("Qwen2.5-VL-3B-Instruct", "Qwen2.5-VL-7B-Instruct"),
-                     help="Paper rows to show beside the results (default: guessed from the model name).")  # fmt: skip
-    hub = parser.add_argument_group("model card and Hub")
-    hub.add_argument("--no_model_card", action="store_true",
-                     help="Leave the model folder's README.md as it is (by default the complete results are written "
-                          "into it as `model-index` metadata, the Hub's evaluation-results format).")  # fmt: skip
-    hub.add_argument("--push_to_hub", action="store_true", help="Push the card with the results to --hub_model_id.")
-    hub.add_argument("--hub_model_id", default=None, help="The Hub repo of the model (owner/name), for --push_to_hub.")
-    hub.add_argument("--hub_token", default=None, help="Hub token (default: the logged-in one, or HF_TOKEN).")
-    return parser
 
 
 def main(argv: list[str]) -> dict[str, Any]:

@@ -1,43 +1,61 @@
-"""The option groups `inspect` and `analyze` share (model, VEPO's settings, responses): argparse only."""
+"""The options `inspect` and `analyze` share (model, VEPO's settings, responses), declared once as dataclasses the
+two commands' declarations extend."""
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
+
+from ..options import option
+from ..validation import FLAG, MODEL, RANGES, SEED, TEXT, at_least, names, optional, path_rule, whole
 
 
-def add_model_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("model")
-    group.add_argument(
-        "--model", help="Model folder or Hub id of a supported family (README), or tiny-qwen2.5-vl / tiny-<family>."
-    )
-    group.add_argument("--device", default=None, help="cuda, cpu, ... (default: cuda when available).")
-    group.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+SETTINGS = "selection settings (default: the paper's, or the training recipe given with --config)"
 
 
-def add_settings_options(parser: argparse.ArgumentParser, *, with_k: bool = True) -> None:
-    group = parser.add_argument_group(
-        "selection settings (default: the paper's, or the training recipe given with --config)"
-    )
-    group.add_argument("--config", help="A training recipe (YAML): its selection and perturbation keys are used.")
-    group.add_argument("--strategy", help="Selection strategy (vepo-trl strategies lists them). Default vepo.")
-    if with_k:
-        group.add_argument("--k", type=float, help="k: fraction of each response kept. Default 0.2.")
-    group.add_argument("--alpha", type=float, help="alpha: JSD against |dH| in the joint signal. Default 0.7.")
-    group.add_argument("--perturbation", help="diffusion, gaussian, mean_image, black_image, patch_blackout.")
-    group.add_argument("--noise_step", type=int, help="Diffusion step tau in [0, 999]. Default 500.")
-    group.add_argument("--noise_sigma", type=float, help="Std of the gaussian perturbation. Default 2.0.")
-    group.add_argument("--patch_probability", type=float, help="patch_blackout's drop probability. Default 0.5.")
-    group.add_argument("--perturbation_seed", type=int, help="Seed of the perturbation noise. Default 42.")
-    group.add_argument("--step", type=int, default=0, help="Training step the noise seed uses. Default 0.")
-    group.add_argument("--temperature", type=float, help="Sampling and scoring temperature. Default 1.0.")
+@dataclass
+class ModelOptions:
+    model: str | None = option(None, "Model folder or Hub id of a supported family (README), or tiny-qwen2.5-vl / "
+                               "tiny-<family>.", rule=MODEL, group="model")  # fmt: skip
+    device: str | None = option(None, "cuda, cpu, ... (default: cuda when available).", rule=TEXT, group="model")
+    dtype: str = option("auto", "", rule=names(*DTYPES), group="model", choices=DTYPES)
 
 
-def add_generation_options(parser: argparse.ArgumentParser, num_generations: int) -> None:
-    group = parser.add_argument_group("responses")
-    group.add_argument("--num_generations", type=int, default=num_generations, help="Completions sampled per prompt.")
-    group.add_argument("--max_new_tokens", type=int, default=256)
-    group.add_argument("--greedy", action="store_true", help="Decode greedily (one completion) instead of sampling.")
-    group.add_argument("--sample_seed", type=int, default=0, help="Seed of the sampling.")
-    group.add_argument("--batch_size", type=int, default=8, help="Completions per forward pass.")
-    group.add_argument("--min_pixels", type=int, default=None, help="Resize bound of images (default: the paper's).")
-    group.add_argument("--max_pixels", type=int, default=None, help="Resize bound of images (default: the paper's).")
+@dataclass
+class SettingsOptions:
+    config: str | None = option(None, "A training recipe (YAML): its selection and perturbation keys are used.",
+                                rule=path_rule("in_file", "a recipe file (YAML) that exists"), group=SETTINGS)  # fmt: skip
+    strategy: str | None = option(None, "Selection strategy (vepo-trl strategies lists them). Default vepo.",
+                                  rule=optional(RANGES["selection_strategy"]), group=SETTINGS)  # fmt: skip
+    alpha: float | None = option(None, "alpha: JSD against |dH| in the joint signal. Default 0.7.",
+                                 rule=optional(RANGES["selection_alpha"]), group=SETTINGS)  # fmt: skip
+    perturbation: str | None = option(None, "diffusion, gaussian, mean_image, black_image, patch_blackout.",
+                                      rule=optional(RANGES["perturbation"]), group=SETTINGS)  # fmt: skip
+    noise_step: int | None = option(None, "Diffusion step tau in [0, 999]. Default 500.",
+                                    rule=optional(RANGES["noise_step"]), group=SETTINGS)  # fmt: skip
+    noise_sigma: float | None = option(None, "Std of the gaussian perturbation. Default 2.0.",
+                                       rule=optional(RANGES["noise_sigma"]), group=SETTINGS)  # fmt: skip
+    patch_probability: float | None = option(None, "patch_blackout's drop probability. Default 0.5.",
+                                             rule=optional(RANGES["patch_probability"]), group=SETTINGS)  # fmt: skip
+    perturbation_seed: int | None = option(None, "Seed of the perturbation noise. Default 42.",
+                                           rule=RANGES["perturbation_seed"], group=SETTINGS)  # fmt: skip
+    step: int = option(0, "Training step the noise seed uses. Default 0.", group=SETTINGS,
+                       rule=whole(at_least(0), "a whole training step >= 0"))  # fmt: skip
+    temperature: float | None = option(None, "Sampling and scoring temperature. Default 1.0.",
+                                       rule=optional(RANGES["temperature"]), group=SETTINGS)  # fmt: skip
+
+
+@dataclass
+class ResponseOptions:
+    num_generations: int = option(4, "Completions sampled per prompt.", group="responses",
+                                  rule=whole(at_least(1), "a whole number >= 1"))  # fmt: skip
+    max_new_tokens: int = option(256, "", rule=whole(at_least(1), "a whole number of tokens >= 1"), group="responses")
+    greedy: bool = option(False, "Decode greedily (one completion) instead of sampling.", rule=FLAG,
+                          group="responses")  # fmt: skip
+    sample_seed: int = option(0, "Seed of the sampling.", rule=SEED, group="responses")
+    batch_size: int = option(8, "Completions per forward pass.", rule=whole(at_least(1), "a whole number >= 1"),
+                             group="responses")  # fmt: skip
+    min_pixels: int | None = option(None, "Resize bound of images (default: the paper's).", rule=RANGES["min_pixels"],
+                                    group="responses")  # fmt: skip
+    max_pixels: int | None = option(None, "Resize bound of images (default: the paper's).", rule=RANGES["max_pixels"],
+                                    group="responses")  # fmt: skip

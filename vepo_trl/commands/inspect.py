@@ -1,13 +1,16 @@
-"""`vepo-trl inspect`: its options, checked by the option table as they are parsed (before torch or a model is
+"""`vepo-trl inspect`: its options, declared once (`InspectOptions`) and checked by their rules as they are
+parsed (before torch or a model is
 imported), then `vepo_trl.insight.inspect_command.inspect_main`."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from ..insight.inspect_command import DEFAULT_PAGE
-from ..options import OneLineParser
-from .insight_options import add_generation_options, add_model_options, add_settings_options
+from ..options import option, parser_for
+from ..validation import OUT_FILE, RANGES, TEXT, at_least, optional, path_rule, whole
+from .insight_options import SETTINGS, ModelOptions, ResponseOptions, SettingsOptions
 
 
 INSPECT_HELP = """Write one self-contained HTML page showing which tokens of a model's responses VEPO trains on.
@@ -24,35 +27,47 @@ Examples:
 """
 
 
+@dataclass
+class InspectSource:
+    image: str | None = option(None, "Image file of the prompt.", rule=path_rule("in_file", "an image file that exists"),
+                               group="source")  # fmt: skip
+    question: str | None = option(None, "The question (an <image> placeholder marks where the image goes).",
+                                  rule=TEXT, group="source")  # fmt: skip
+    answer: str | None = option(None, "Reference answer: the page then shows each completion's reward.", rule=TEXT,
+                                group="source")  # fmt: skip
+    dataset: str | None = option(None, "Data set name or local file; the row's answer gives the rewards.", rule=TEXT,
+                                 group="source")  # fmt: skip
+    split: str = option("train", "", rule=TEXT, group="source")
+    index: int | None = option(None, "Row of --dataset. Default 0.", group="source",
+                               rule=whole(at_least(0), "a whole row number >= 0", True))  # fmt: skip
+    records: str | None = option(None, "Render saved selection records (JSON Lines) instead of running a model.",
+                                 rule=path_rule("in_file", "a selection-records file (JSON Lines) that exists"),
+                                 group="source")  # fmt: skip
+    response: list[str] | None = option(None, "Score this response instead of sampling (repeatable).", rule=TEXT,
+                                        group="source", repeatable=True)  # fmt: skip
+
+
+@dataclass
+class InspectOptions(ResponseOptions, SettingsOptions, ModelOptions, InspectSource):
+    k: float | None = option(None, "k: fraction of each response kept. Default 0.2.",
+                             rule=optional(RANGES["selection_ratio"]), group=SETTINGS)  # fmt: skip
+    reward_funcs: list[str] = option(["accuracy", "format"], "", rule=TEXT, group="rewards")
+    reward_weights: list[float] = option([0.9, 0.1], "", rule=RANGES["reward_weights"], group="rewards")
+    output: str | None = option(
+        None, f"The HTML page to write (default: {DEFAULT_PAGE}, or {DEFAULT_PAGE.replace('.html', '-2.html')}, ... "
+        "when an earlier page has that name: a page is replaced only when named).", rule=OUT_FILE, group="output")  # fmt: skip
+    save_records: str | None = option(None, "Also save the selection records (JSON Lines) here.", rule=OUT_FILE,
+                                      group="output")  # fmt: skip
+    title: str | None = option(None, "", rule=TEXT, group="output")
+
+
 def make_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="vepo-trl inspect", description=INSPECT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter
+    return parser_for(
+        InspectOptions,
+        prog="vepo-trl inspect",
+        description=INSPECT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    source = parser.add_argument_group("source")
-    source.add_argument("--image", help="Image file of the prompt.")
-    source.add_argument("--question", help="The question (an <image> placeholder marks where the image goes).")
-    source.add_argument("--answer", help="Reference answer: the page then shows each completion's reward.")
-    source.add_argument("--dataset", help="Data set name or local file; the row's answer gives the rewards.")
-    source.add_argument("--split", default="train")
-    source.add_argument("--index", type=int, default=None, help="Row of --dataset. Default 0.")
-    source.add_argument("--records", help="Render saved selection records (JSON Lines) instead of running a model.")
-    source.add_argument("--response", action="append", help="Score this response instead of sampling (repeatable).")
-    add_model_options(parser)
-    add_settings_options(parser)
-    add_generation_options(parser, num_generations=4)
-    rewards = parser.add_argument_group("rewards")
-    rewards.add_argument("--reward_funcs", nargs="+", default=["accuracy", "format"])
-    rewards.add_argument("--reward_weights", nargs="+", type=float, default=[0.9, 0.1])
-    output = parser.add_argument_group("output")
-    output.add_argument(
-        "--output",
-        default=None,
-        help=f"The HTML page to write (default: {DEFAULT_PAGE}, or {DEFAULT_PAGE.replace('.html', '-2.html')}, ... "
-        "when an earlier page has that name: a page is replaced only when named).",
-    )
-    output.add_argument("--save_records", help="Also save the selection records (JSON Lines) here.")
-    output.add_argument("--title", default=None)
-    return parser
 
 
 def main(argv: list[str]) -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from dataclasses import dataclass
 
 from ..errors import UsageError, fail
 from ..lab.tasks import DEFAULT_TASK, TASKS
-from ..options import OneLineParser
+from ..options import option, parser_for
+from ..validation import FLAG, TEXT, above, at_least, number, path_rule, whole
 
 
 MAX_SEED = 9000
@@ -18,85 +20,55 @@ def _list(text: str) -> list[str]:
     return [part for part in text.replace(",", " ").split() if part]
 
 
+LAB_HELP = (
+    "RL from a warm-started tiny Qwen2.5-VL with several token-selection strategies over several seeds; held-out "
+    "greedy accuracy before and after, reward curves and selected-token statistics in a markdown/JSON table and a "
+    "PNG. The warm start is built on first use (about 1.5 minutes on 2 cores) and cached under $VEPO_TRL_CACHE."
+)
+
+
+@dataclass
+class LabOptions:
+    task: str | None = option(None, f"Lab task (default: {DEFAULT_TASK}). "
+                              + "; ".join(f"{task.name}: {task.description}" for task in TASKS.values()) + ".",
+                              rule=TEXT)  # fmt: skip
+    strategies: str | None = option(
+        None, "Rules to compare, comma-separated: a strategy from `vepo-trl strategies`, optionally with its k after a "
+        "colon (vepo:0.4); a bare name uses k = 0.2 (default: the task's, e.g. "
+        "full,entropy:0.2,vepo:0.2,random:0.2,entropy:0.4,vepo:0.4).", rule=TEXT)  # fmt: skip
+    seeds: str | None = option(None, "Seeds, comma-separated (default: the task's, 0-13 for squares).", rule=TEXT)
+    learning_rates: str | None = option(
+        None, "Per-rule learning rates, e.g. full=3e-4,vepo:0.2=6e-4, on top of the task's (from its sweep); a rule "
+        "with neither uses --learning_rate.", rule=TEXT)  # fmt: skip
+    sweep: str | None = option(
+        None, "Instead of the lab: run every rule at each of these learning rates (comma-separated) over --seeds, "
+        "score them on validation rows, and write sweep.md/sweep.json with each rule's best.", rule=TEXT,
+        metavar="LRS")  # fmt: skip
+    quick: bool = option(False, "A CI-sized lab: a briefly trained warm start and full + vepo for a few steps, one "
+                         "seed (under 3 minutes).", rule=FLAG)  # fmt: skip
+    output_dir: str = option("vepo-lab", "Where lab.md, lab.json, lab_curves.png and runs/ go (default: vepo-lab). "
+                             "Finished runs in it are reused.",
+                             rule=path_rule("out_folder", "a folder that can be written", False))  # fmt: skip
+    steps: int | None = option(None, "RL steps per run (default: the task's, 40 for squares).",
+                               rule=whole(at_least(1), "a whole number of steps >= 1", True))  # fmt: skip
+    max_minutes: float | None = option(None, "Wall-time limit per run (default: 5).",
+                                       rule=number(above(0), "above 0 minutes, or unset", True))  # fmt: skip
+    learning_rate: float | None = option(
+        None, "RL learning rate of rules without their own (default: 3e-4).",
+        rule=number(above(0), "above 0 (a lab run that learns nothing compares nothing), or unset", True))  # fmt: skip
+    eval_rows: int | None = option(None, "Held-out rows for accuracy (default: the task's, 400 for squares).",
+                                   rule=whole(at_least(1), "a whole number >= 1, or unset", True))  # fmt: skip
+    build_warm_start: bool = option(False, "Only build (or find) the cached warm start and print its path and "
+                                    "held-out accuracy.", rule=FLAG)  # fmt: skip
+    jobs: int = option(1, "Runs in parallel, one thread each (default: 1).",
+                       rule=whole(at_least(1), "a whole number >= 1 (runs at once)"))  # fmt: skip
+    overwrite_output_dir: bool = option(
+        False, "Start fresh in an output_dir whose lab used other settings (steps, learning rate, ...): its runs are "
+        "recomputed instead of reused. Without it such a folder is refused.", rule=FLAG)  # fmt: skip
+
+
 def make_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="vepo-trl lab",
-        description="RL from a warm-started tiny Qwen2.5-VL with several token-selection strategies over several "
-        "seeds; held-out greedy accuracy before and after, reward curves and selected-token statistics in a "
-        "markdown/JSON table and a PNG. The warm start is built on first use (about 1.5 minutes on 2 cores) and "
-        "cached under $VEPO_TRL_CACHE.",
-    )
-    parser.add_argument(
-        "--task",
-        default=None,
-        help=f"Lab task (default: {DEFAULT_TASK}). "
-        + "; ".join(f"{task.name}: {task.description}" for task in TASKS.values())
-        + ".",
-    )
-    parser.add_argument(
-        "--strategies",
-        default=None,
-        help="Rules to compare, comma-separated: a strategy from `vepo-trl strategies`, optionally with its k after "
-        "a colon (vepo:0.4); a bare name uses k = 0.2 (default: the task's, e.g. "
-        "full,entropy:0.2,vepo:0.2,random:0.2,entropy:0.4,vepo:0.4).",
-    )
-    parser.add_argument(
-        "--seeds", default=None, help="Seeds, comma-separated (default: the task's, 0-13 for squares)."
-    )
-    parser.add_argument(
-        "--learning_rates",
-        default=None,
-        help="Per-rule learning rates, e.g. full=3e-4,vepo:0.2=6e-4, on top of the task's (from its sweep); a rule "
-        "with neither uses --learning_rate.",
-    )
-    parser.add_argument(
-        "--sweep",
-        default=None,
-        metavar="LRS",
-        help="Instead of the lab: run every rule at each of these learning rates (comma-separated) over --seeds, "
-        "score them on validation rows, and write sweep.md/sweep.json with each rule's best.",
-    )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="A CI-sized lab: a briefly trained warm start and "
-        "full + vepo for a few steps, one seed (under 3 minutes).",
-    )
-    parser.add_argument(
-        "--output_dir",
-        default="vepo-lab",
-        help="Where lab.md, lab.json, lab_curves.png and "
-        "runs/ go (default: vepo-lab). Finished runs in it are reused.",
-    )
-    parser.add_argument(
-        "--steps", type=int, default=None, help="RL steps per run (default: the task's, 40 for squares)."
-    )
-    parser.add_argument("--max_minutes", type=float, default=None, help="Wall-time limit per run (default: 5).")
-    parser.add_argument(
-        "--learning_rate",
-        type=float,
-        default=None,
-        help="RL learning rate of rules without their own (default: 3e-4).",
-    )
-    parser.add_argument(
-        "--eval_rows",
-        type=int,
-        default=None,
-        help="Held-out rows for accuracy (default: the task's, 400 for squares).",
-    )
-    parser.add_argument(
-        "--build_warm_start",
-        action="store_true",
-        help="Only build (or find) the cached warm start and print its path and held-out accuracy.",
-    )
-    parser.add_argument("--jobs", type=int, default=1, help="Runs in parallel, one thread each (default: 1).")
-    parser.add_argument(
-        "--overwrite_output_dir",
-        action="store_true",
-        help="Start fresh in an output_dir whose lab used other settings (steps, learning rate, ...): its runs "
-        "are recomputed instead of reused. Without it such a folder is refused.",
-    )
-    return parser
+    return parser_for(LabOptions, prog="vepo-trl lab", description=LAB_HELP)
 
 
 def _seeds(text: str) -> tuple[int, ...]:
@@ -148,9 +120,9 @@ def _learning_rates(text: str) -> dict[str, float]:
     return out
 
 
-def check_args(args: argparse.Namespace) -> None:
+def check_args(args: LabOptions) -> None:
     """What the lab's option texts must say (each option's kind and range went through the option table as it was
-    parsed: `validation.OPTION_RULES`), before anything loads. Raises `UsageError`."""
+    parsed: `LabOptions`), before anything loads. Raises `UsageError`."""
     if args.task is not None and args.task not in TASKS:
         raise UsageError(f"--task {args.task!r}: choose one of {sorted(TASKS)}.")
     if args.strategies is not None and not _list(args.strategies):

@@ -1,11 +1,14 @@
-"""`vepo-trl plot`: its options, checked by the option table as they are parsed (before torch or a model is
+"""`vepo-trl plot`: its options, declared once (`PlotOptions`) and checked by their rules as they are
+parsed (before torch or a model is
 imported), then `vepo_trl.insight.plot_command.plot_main`."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
-from ..options import OneLineParser
+from ..options import option, parser_for
+from ..validation import OUT_FOLDER, TEXT, between, path_rule, whole
 
 
 PLOT_HELP = """PNG plots of one or several training runs, overlaid: reward and accuracy, selected-token statistics, JSD
@@ -20,15 +23,21 @@ Examples:
 """
 
 
+@dataclass
+class PlotOptions:
+    runs: list[str] = option([], "Run folders or log files.", positional=True, metavar="RUN_DIR",
+                             rule=path_rule("in_path", "run folders or log files that exist", False))  # fmt: skip
+    labels: list[str] | None = option(None, "One name per run (default: the folder names).", rule=TEXT)
+    output_dir: str | None = option(None, "Where the PNGs go (default: RUN_DIR/plots of the first run).",
+                                    rule=OUT_FOLDER)  # fmt: skip
+    # 100,000 dpi asks matplotlib for a canvas of terabytes
+    dpi: int = option(100, "", rule=whole(between(20, 1200), "a whole number of dots per inch in 20..1200"))
+
+
 def make_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="vepo-trl plot", description=PLOT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter
+    return parser_for(
+        PlotOptions, prog="vepo-trl plot", description=PLOT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="Run folders or log files.")
-    parser.add_argument("--labels", nargs="+", help="One name per run (default: the folder names).")
-    parser.add_argument("--output_dir", help="Where the PNGs go (default: RUN_DIR/plots of the first run).")
-    parser.add_argument("--dpi", type=int, default=100)
-    return parser
 
 
 def main(argv: list[str]) -> None:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from ..options import OneLineParser
+from dataclasses import dataclass
+
+from ..options import parser_for
+
+
+@dataclass
+class StrategiesOptions:
+    """No options: the command lists the registries."""
 
 
 def main(argv: list[str]) -> None:
-    OneLineParser(
-        prog="vepo-trl strategies", description="List the selection strategies and perturbations."
+    parser_for(
+        StrategiesOptions, prog="vepo-trl strategies", description="List the selection strategies and perturbations."
     ).parse_args(argv)
     from ..perturb import PERTURBATIONS
     from ..scoring import SELECTION_STRATEGIES

@@ -132,12 +132,12 @@ def _parse(command: str, argv: list[str]):
         _print_short_help(command)
         sys.exit(0)
     # The values the recipe and the command line give, against their rules, before torch and TRL are even imported
-    from ..validation import OPTION_RULES, early_rules, precheck, values_from
+    from ..validation import OUT_FOLDER, early_rules, precheck, values_from
 
     try:
         precheck(argv, recipe, early_rules())
         # The folder the run writes, through the same check as every command's (before TRL is imported)
-        folder = values_from(argv, recipe, {"output_dir": OPTION_RULES["output_dir"]}).get("output_dir")
+        folder = values_from(argv, recipe, {"output_dir": OUT_FOLDER}).get("output_dir")
         if folder is not None:
             if not str(folder).strip():
                 raise UsageError(

@@ -14,7 +14,6 @@ with another model or generation setting is refused, naming the settings that di
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -117,7 +116,7 @@ def _weights_fingerprint(name: str | None) -> str | None:
     return digest.hexdigest()[:16] if files else None
 
 
-def _generation_settings(args: argparse.Namespace, backend: str) -> dict[str, Any]:
+def _generation_settings(args, backend: str) -> dict[str, Any]:
     """Everything that changes a completion: one results folder holds completions of one setting only."""
     from .benchmarks import EVAL_SYSTEM_PROMPT
 
@@ -134,7 +133,7 @@ def _generation_settings(args: argparse.Namespace, backend: str) -> dict[str, An
     }
 
 
-def _grading_settings(args: argparse.Namespace) -> dict[str, Any]:
+def _grading_settings(args) -> dict[str, Any]:
     from .grading import JUDGED
     from .paper import GRADER_VERSION
 
@@ -456,7 +455,7 @@ def _check_usage(args) -> list[Benchmark]:
         benches = resolve_benchmarks(args.benchmarks)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    # Each option's own rule (kind, range, folders) was checked as it was parsed (validation.OPTION_RULES)
+    # Each option's own rule (kind, range, folders) was checked as it was parsed (commands.eval.EvalOptions)
     if getattr(args, "push_to_hub", False):
         if not args.hub_model_id:
             raise UsageError("--push_to_hub needs --hub_model_id (owner/name): the repo the card goes to.")
@@ -544,7 +543,7 @@ def regrade_folder(output_dir: Path, names: list[str], args, judge) -> dict[str,
     return graded
 
 
-def rescore(args: argparse.Namespace) -> dict[str, Any]:
+def rescore(args) -> dict[str, Any]:
     """`--rescore DIR`: grade stored completions under `--protocol`, keep the other verdicts, write the summary."""
     output_dir = Path(args.rescore)
     if not (output_dir / MANIFEST).is_file():
@@ -575,7 +574,7 @@ def rescore(args: argparse.Namespace) -> dict[str, Any]:
     return summarize_folder(output_dir, manifest, args, time.perf_counter() - start, shown)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args) -> dict[str, Any]:
     """Evaluate; returns the summary (also written to `summary.json` / `summary.md` on the main process)."""
     from accelerate import PartialState
     from accelerate.utils import broadcast_object_list, gather_object

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ from .commands import (
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def analyze_main(args: argparse.Namespace) -> None:
+def analyze_main(args) -> None:
     """`vepo-trl analyze`'s work on its parsed options (`vepo_trl.commands.analyze`); user errors raise `UsageError`."""
     recipe = _read_recipe(args.config) if args.config else {}
     model_name = _check_model(args.model or recipe.get("model_name_or_path"))

@@ -8,7 +8,6 @@ stderr and exit code 2.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ def _read_recipe(path: str) -> dict[str, Any]:
     return read_recipe(path)
 
 
-def _settings(args: argparse.Namespace, recipe: dict[str, Any]):
+def _settings(args, recipe: dict[str, Any]):
     from .signals import SignalSettings
 
     try:
@@ -72,7 +71,7 @@ def _check_model(name: str | None) -> str:
     return name
 
 
-def _pixel_bounds(args: argparse.Namespace, recipe: dict[str, Any]) -> dict[str, int]:
+def _pixel_bounds(args, recipe: dict[str, Any]) -> dict[str, int]:
     """Image resize bounds: the flags, else the recipe's (as the run resized its data), else the paper's."""
     from ..data.loaders import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 
@@ -140,7 +139,7 @@ def _rewards(completion_texts: list[str], answer: str | None, names: list[str], 
     return totals, details
 
 
-def _check_rewards(args: argparse.Namespace) -> None:
+def _check_rewards(args) -> None:
     from ..rewards import get_reward_funcs
 
     try:
@@ -153,7 +152,7 @@ def _check_rewards(args: argparse.Namespace) -> None:
         )
 
 
-def _dataset_bounds(args: argparse.Namespace, bounds: dict[str, int]) -> dict[str, int]:
+def _dataset_bounds(args, bounds: dict[str, int]) -> dict[str, int]:
     if args.dataset == SYNTHETIC_DATASET:
         # Synthetic rows default to the tiny model's bounds, as the demo trains on them
         return {k: v for k, v in (("min_pixels", args.min_pixels), ("max_pixels", args.max_pixels)) if v}

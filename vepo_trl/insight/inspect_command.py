@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from .commands import (
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _inspect_source(args: argparse.Namespace) -> str:
+def _inspect_source(args) -> str:
     chosen = [name for name in ("image", "dataset", "records") if getattr(args, name)]
     if len(chosen) != 1:
         raise UsageError(
@@ -99,7 +98,7 @@ def _summary_line(records) -> str:
     )
 
 
-def inspect_main(args: argparse.Namespace) -> None:
+def inspect_main(args) -> None:
     """`vepo-trl inspect`'s work on its parsed options (`vepo_trl.commands.inspect`); user errors raise `UsageError`."""
     source = _inspect_source(args)
     if source == "records":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from ..errors import check_output_folder
@@ -16,13 +15,13 @@ from .commands import (
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def plot_main(args: argparse.Namespace) -> None:
+def plot_main(args) -> None:
     """`vepo-trl plot`'s work on its parsed options (`vepo_trl.commands.plot`); user errors raise `UsageError`."""
     from .plots import load_run, plot_runs
 
     if args.labels and len(args.labels) != len(args.runs):
         raise UsageError(f"--labels has {len(args.labels)} names for {len(args.runs)} runs")
-    # --dpi, --output_dir and the run paths were checked as parsed (validation.OPTION_RULES); the default folder
+    # --dpi, --output_dir and the run paths were checked as parsed (commands.plot.PlotOptions); the default folder
     # beside the first run is written too, so it is checked the same way
     first = Path(args.runs[0])
     output_dir = Path(args.output_dir) if args.output_dir else (first if first.is_dir() else first.parent) / "plots"

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from ..run_folder import LAB_RECORD  # noqa: F401  (the lab's record, by its name here)
+from ..utils import count
 from .tasks import COLOURS, DEFAULT_TASK, MAX_COUNT, get_task, make_rl_dataset
 from .warm_start import WarmStartConfig, evaluate_accuracy, heldout_dataset, warm_start_path
 
@@ -393,6 +394,10 @@ def run_one(
     )
     limit = _TimeLimit(settings.max_minutes * 60)
     trainer.add_callback(limit)
+    # disable_tqdm makes transformers print every log as a raw dict; the lab prints its own line per run
+    from transformers import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
@@ -648,6 +653,6 @@ def _log_run(result, log):
     where = "validation" if result.get("evaluated_on") == "validation" else "held-out"
     log(
         f"  {result['strategy']:>12} lr {result.get('learning_rate', float('nan')):g} seed {result['seed']}: "
-        f"{where} accuracy {result['accuracy_after']:.1%} in {result['steps']} steps, {result['train_seconds']:.0f} s"
+        f"{where} accuracy {result['accuracy_after']:.1%} in {count(result['steps'], 'step')}, {result['train_seconds']:.0f} s"
         + (" (stopped early by the per-run time cap: --max_minutes)" if result.get("stopped_by_time_limit") else "")
     )

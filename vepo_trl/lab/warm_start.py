@@ -24,7 +24,7 @@ import torch
 from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
 
 from ..testing import QWEN2_5_VL_CHAT_TEMPLATE, TinyModelConfig, build_model, build_tokenizer
-from ..utils import cache_root
+from ..utils import cache_root, count
 from .tasks import DEFAULT_TASK, get_task, lab_corpus, make_rl_dataset, make_sft_dataset
 
 
@@ -190,9 +190,13 @@ def build_warm_start(output_dir: str | os.PathLike, config: WarmStartConfig | No
         max_length=None,
         disable_tqdm=True,
         dataloader_num_workers=0,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
     )
     trainer = SFTTrainer(model=model, args=args, train_dataset=train, processing_class=processor)
+    # disable_tqdm makes transformers print every log as a raw dict; the lab prints its own line per run
+    from transformers import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
     trainer.train()
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     model = trainer.model
@@ -218,7 +222,7 @@ def build_warm_start(output_dir: str | os.PathLike, config: WarmStartConfig | No
         "heldout_examples": result["examples"],
     }
     log(
-        f"warm start: {report['parameters']:,} parameters, SFT {config.sft_steps} steps in {sft_seconds:.0f} s, "
+        f"warm start: {report['parameters']:,} parameters, SFT {count(config.sft_steps, 'step')} in {sft_seconds:.0f} s, "
         f"held-out greedy accuracy {result['accuracy']:.1%} {result['per_kind']}"
     )
     return report

@@ -251,7 +251,7 @@ def test_a_finished_run_without_checkpoints_is_not_restarted_by_a_longer_one(tmp
     assert code == 0 and "finished" in out and snapshot(folder) == before, out + err
     # Nothing to continue from: a longer run would start over and replace the model, so it must be asked for
     code, out, err = run_cli([*argv[:4], "2", *argv[5:]], capsys)
-    assert_one_error_line(code, err, "demo", "finished run of 1 steps", "--overwrite_output_dir true")
+    assert_one_error_line(code, err, "demo", "finished run of 1 step ", "--overwrite_output_dir true")
     assert snapshot(folder) == before
     code, out, err = run_cli([*argv[:4], "2", *argv[5:], "--overwrite_output_dir", "true"], capsys)
     assert code == 0 and json.loads((folder / "trainer_state.json").read_text())["global_step"] == 2, err

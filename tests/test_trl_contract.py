@@ -209,3 +209,25 @@ def test_selection_weights_multiply_only_the_policy_gradient_term(
     metrics = trainer._metrics["train"]
     assert metrics["entropy"][-1] == pytest.approx(float((entropies * mask).sum() / mask.sum()), rel=1e-5)
     assert metrics["kl"][-1] == pytest.approx(float((kl * mask).sum() / mask.sum()), rel=1e-5)
+
+
+@pytest.mark.parametrize("threshold", [0.8, 0.5, 1.0, 0.0])
+def test_get_high_entropy_mask_is_callable_as_trls_tests_call_it(threshold):
+    """TRL's `TestGetHighEntropyMask` calls the method on a `Mock(spec=Trainer)` that never ran `__init__`; with no
+    VEPO weights in place VEPOTrainer's answer is GRPOTrainer's, on the same inputs."""
+    from unittest.mock import Mock
+
+    from vepo_trl import VEPOTrainer
+
+    def mock_of(cls):
+        trainer = Mock(spec=cls)
+        trainer.accelerator = Mock(num_processes=1)
+        trainer.accelerator.gather = lambda x: x
+        trainer.accelerator.pad_across_processes = lambda x, dim, pad_index: x
+        return trainer
+
+    entropies = torch.tensor([[0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.7, 0.8, 0.9, 1.0, 1.1, 1.2]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+    expected = GRPOTrainer.get_high_entropy_mask(mock_of(GRPOTrainer), entropies, mask, threshold)
+    got = VEPOTrainer.get_high_entropy_mask(mock_of(VEPOTrainer), entropies, mask, threshold)
+    torch.testing.assert_close(got, expected)

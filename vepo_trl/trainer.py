@@ -238,8 +238,9 @@ class VEPOTrainer(
         self.__dict__["_top_entropy_quantile"] = value
 
     def get_high_entropy_mask(self, entropies, mask, threshold):
-        if self._token_weights is not None:
-            return self._token_weights.to(entropies.dtype)
+        weights = self.__dict__.get("_token_weights")  # TRL's tests call it on a Mock(spec=...): no __init__ ran
+        if weights is not None:
+            return weights.to(entropies.dtype)
         return super().get_high_entropy_mask(entropies, mask, threshold)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):

@@ -222,6 +222,7 @@ def test_defaults_raise_no_future_warning_and_keep_trls_checkpointing(tmp_path):
         off = VEPOConfig(output_dir=str(tmp_path), use_cpu=True, activation_checkpointing=False)
         assert off.activation_checkpointing is False and off.gradient_checkpointing is False
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # the user's own deprecated name: transformers' warning is theirs
+        # The user's own deprecated name: transformers' warning is theirs to act on
+        warnings.simplefilter("ignore", FutureWarning)
         old = VEPOConfig(output_dir=str(tmp_path), use_cpu=True, gradient_checkpointing=False)
     assert old.activation_checkpointing is False and old.gradient_checkpointing is False

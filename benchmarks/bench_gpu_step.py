@@ -42,8 +42,8 @@ warnings.filterwarnings("ignore")
 
 import vepo_trl.perturbed_pass as perturbed_pass_module  # noqa: E402
 from vepo_trl import VEPOConfig, VEPOTrainer  # noqa: E402
+from vepo_trl.builtin.tiny_models import QWEN_SPECIAL_TOKENS, build_processor  # noqa: E402
 from vepo_trl.data import synthetic_training_dataset  # noqa: E402
-from vepo_trl.testing import QWEN_SPECIAL_TOKENS, build_processor  # noqa: E402
 
 
 METHODS = {

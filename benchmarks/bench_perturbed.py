@@ -46,9 +46,9 @@ from bench_gpu_step import QWEN_3B, build_model, make_batch, rotations, spread  
 
 from vepo_trl import VEPOConfig, VEPOTrainer  # noqa: E402
 from vepo_trl.batch import sequence, take_rows  # noqa: E402
+from vepo_trl.builtin.tiny_models import build_processor, build_tiny  # noqa: E402
 from vepo_trl.data import synthetic_training_dataset  # noqa: E402
 from vepo_trl.scoring import TokenSignals  # noqa: E402
-from vepo_trl.testing import build_processor, build_tiny  # noqa: E402
 
 
 WIDE = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,

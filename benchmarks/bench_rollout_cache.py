@@ -47,8 +47,8 @@ def paper_table(budget_gb: float) -> None:
 
 def measure() -> None:
     from vepo_trl import VEPOConfig, VEPOTrainer
+    from vepo_trl.builtin.tiny_models import save_tiny_qwen2_5_vl
     from vepo_trl.data import synthetic_training_dataset
-    from vepo_trl.testing import save_tiny_qwen2_5_vl
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = str(save_tiny_qwen2_5_vl(os.path.join(tmp, "tiny")))

@@ -37,8 +37,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 warnings.filterwarnings("ignore")
 
 from vepo_trl import VEPOConfig, VEPOTrainer  # noqa: E402
+from vepo_trl.builtin.tiny_models import save_tiny_qwen2_5_vl  # noqa: E402
 from vepo_trl.data import synthetic_training_dataset  # noqa: E402
-from vepo_trl.testing import save_tiny_qwen2_5_vl  # noqa: E402
 
 
 METHODS = {

@@ -32,9 +32,9 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback  # n
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from vepo_trl import VEPOConfig, VEPOTrainer  # noqa: E402
+from vepo_trl.builtin.tiny_models import save_tiny  # noqa: E402
 from vepo_trl.data import synthetic_training_dataset  # noqa: E402
 from vepo_trl.families import FAMILIES  # noqa: E402
-from vepo_trl.testing import save_tiny  # noqa: E402
 from vepo_trl.trainer import SELECTION_KEY  # noqa: E402
 
 

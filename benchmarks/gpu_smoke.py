@@ -32,10 +32,10 @@ import torch  # noqa: E402
 from transformers.trainer_callback import PrinterCallback, ProgressCallback  # noqa: E402
 
 from vepo_trl import VEPOConfig, VEPOTrainer  # noqa: E402
+from vepo_trl.builtin.tiny_models import save_tiny_qwen2_5_vl  # noqa: E402
 from vepo_trl.data import synthetic_training_dataset  # noqa: E402
 from vepo_trl.perturb import PERTURBATIONS  # noqa: E402
 from vepo_trl.scoring import SELECTION_STRATEGIES, SUPPORTED_LOSS_TYPES  # noqa: E402
-from vepo_trl.testing import save_tiny_qwen2_5_vl  # noqa: E402
 
 
 def length_reward(completions, **kwargs):

@@ -93,7 +93,7 @@ def main():
     from trl import get_peft_config
 
     from vepo_trl import VEPOConfig, VEPOTrainer
-    from vepo_trl.testing import build_processor
+    from vepo_trl.builtin.tiny_models import build_processor
 
     cuda = torch.cuda.is_available() and not args.tiny
     device = torch.device("cuda" if cuda else "cpu")

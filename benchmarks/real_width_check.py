@@ -109,7 +109,7 @@ def build(model_size: str, layers: int, vision_depth: int):
         Qwen2VLVideoProcessor,
     )
 
-    from vepo_trl.testing import QWEN2_5_VL_CHAT_TEMPLATE, QWEN_SPECIAL_TOKENS, build_tokenizer
+    from vepo_trl.builtin.tiny_models import QWEN2_5_VL_CHAT_TEMPLATE, QWEN_SPECIAL_TOKENS, build_tokenizer
 
     real = REAL_CONFIGS[model_size]
     tokenizer = build_tokenizer(600)  # token ids < 600 index the real-size embedding and head

@@ -16,7 +16,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from vepo_trl.testing import save_tiny_qwen2_5_vl  # noqa: E402
+from vepo_trl.builtin.tiny_models import save_tiny_qwen2_5_vl  # noqa: E402
 
 
 torch.set_num_threads(1)
@@ -26,6 +26,30 @@ torch.set_num_threads(1)
 def tiny_model_dir(tmp_path_factory):
     """A saved tiny Qwen2.5-VL (model + processor), loadable with `from_pretrained` like a Hub id."""
     return str(save_tiny_qwen2_5_vl(tmp_path_factory.mktemp("tiny") / "tiny-qwen2.5-vl"))
+
+
+class _TinyFolders(dict):
+    """family -> its tiny model's folder, built on first use and kept for the session."""
+
+    def __init__(self, root):
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, family):
+        from vepo_trl.builtin.tiny_models import save_tiny
+
+        self[family] = str(save_tiny(family, self.root / family))
+        return self[family]
+
+
+@pytest.fixture(scope="session")
+def tiny_dirs(tmp_path_factory, tiny_model_dir):
+    """Every family's tiny model (model + processor) saved once per session, on first use: `tiny_dirs[family]`."""
+    from vepo_trl.builtin.tiny_models import DEFAULT_FAMILY
+
+    folders = _TinyFolders(tmp_path_factory.mktemp("tiny-families"))
+    folders[DEFAULT_FAMILY] = tiny_model_dir
+    return folders
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,33 @@
-"""Helpers the test modules share (in the role of TRL's tests/testing_utils.py)."""
+"""Helpers the test modules share (in the role of TRL's tests/testing_utils.py): the CLI runner and its one-error-line
+assertion, folder snapshots, free ports, config and trainer makers and their first batch, the judge stand-in, the
+recipes' parsing. No test module imports another; what two of them need lives here."""
+
+import contextlib
+import copy
+import json
+import shlex
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import torch
+from PIL import Image
+from trl import GRPOConfig, GRPOTrainer
+
+from vepo_trl.builtin.tiny_models import build_tokenizer
+from vepo_trl.cli import main as cli_main
+from vepo_trl.config import VEPOConfig
+from vepo_trl.insight import records_from_signals
+from vepo_trl.scoring import TokenSignals, select_tokens
+from vepo_trl.train import make_parser
+from vepo_trl.trainer import SELECTION_KEY, VEPOTrainer
+
+
+REPO = Path(__file__).resolve().parent.parent
+# A CPU machine has no bf16 GPU: the recipes stay as they run on GPUs and the tests parse them as CPU runs
+CPU = ("--use_cpu", "true")
 
 
 def overridden(argv: list[str], *options: str) -> list[str]:
@@ -11,3 +40,286 @@ def overridden(argv: list[str], *options: str) -> list[str]:
         else:
             argv += [flag, value]
     return argv
+
+
+# from test_trust.py
+def assert_one_error_line(code, err, command, *needles):
+    """A refusal as every command makes it: exit 2, one line `vepo-trl <command>: error: ...` (`command` None: any
+    command) holding each of `needles`, no traceback."""
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert code == 2 and "Traceback" not in err, err
+    prefix = f"vepo-trl {command}: error: " if command else "vepo-trl"
+    assert len(lines) == 1 and lines[0].startswith(prefix) and ": error: " in lines[0], lines
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+# from test_trust.py
+def run_cli(argv, capsys):
+    """(exit code, stdout, stderr) of one in-process `vepo-trl` call."""
+    try:
+        cli_main(argv)
+        code = 0
+    except SystemExit as exit_info:
+        code = exit_info.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# from test_whole_runs.py
+def snapshot(folder):
+    """Every file (its bytes) and folder (None) below `folder`: equal before and after means nothing was written."""
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))
+    }
+
+
+# from test_eval_judge.py
+class FakeOpenAI:
+    """Answers /v1/chat/completions; `script` holds what to do for each request in turn ("500", "sleep", a reply),
+    then `respond(prompt)` (when set) or `default`."""
+
+    def __init__(self):
+        self.requests: list[dict] = []
+        self.script: list[str] = []
+        self.default = "Extracted: B\nJudgement: 1"
+        self.respond = None  # a function of the prompt that scripts the reply (after `script` runs out)
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep the test output clean
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+                action = server.script.pop(0) if server.script else server.default
+                if action == "500":
+                    return self._send(500, {"error": {"message": "overloaded", "type": "server_error"}})
+                if action == "sleep":
+                    time.sleep(1.5)
+                    action = server.default
+                if action == "garbage":  # an HTTP 200 whose body is not JSON (a proxy's error page)
+                    return self._send_raw(200, b"<html>upstream error</html>")
+                prompt = body["messages"][0]["content"]
+                if server.respond is not None and action == server.default:
+                    action = server.respond(prompt)
+                    if action == "500":
+                        return self._send(500, {"error": {"message": "overloaded", "type": "server_error"}})
+                if action == "echo":  # right when the response boxes the reference letter
+                    gold = prompt.split("Reference answer:\n", 1)[1].split("\n", 1)[0][0]
+                    response = prompt.split("Model response:\n", 1)[1]
+                    action = f"Extracted: {gold}\nJudgement: {int(f'boxed{{{gold}}}' in response)}"
+                self._send(200, {
+                    "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": action}}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                })  # fmt: skip
+
+            def _send(self, status, payload):
+                self._send_raw(status, json.dumps(payload).encode())
+
+            def _send_raw(self, status, data):
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout test)
+                    pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+# from test_eval_judge.py
+SECRET = "sk-test-" + "k" * 32
+
+
+# from test_eval_cli.py
+def lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# from test_eval_cli.py
+# Small images and few tokens: the tiny random model only has to run the pipeline
+FAST = ["--max_new_tokens", "8", "--min_pixels", "3136", "--max_pixels", "50176", "--batch_size", "4"]
+
+
+# from test_trainer.py
+def mixed_rows(visual_dataset):
+    """Half the rows keep their image; the other half ask a text-only question."""
+    from datasets import Dataset
+
+    rows = [visual_dataset[i] for i in range(8)]
+    for row in rows[::2]:
+        row["images"] = []
+        row["prompt"] = [row["prompt"][0], {"role": "user", "content": [{"type": "text", "text": "What is 2 + 3?"}]}]
+        row["answer"] = "5"
+    return Dataset.from_list(rows, features=visual_dataset.features)
+
+
+# from test_trainer.py
+def clone_inputs(inputs):
+    return {k: v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v) for k, v in inputs.items()}
+
+
+# from test_trainer.py
+def first_batch(trainer):
+    """One buffered training micro-batch, generated by the trainer itself (rollout, rewards, advantages)."""
+    trainer.model.train()
+    trainer.state.global_step = 0
+    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps  # set by `train()`
+    batch = next(iter(trainer.get_train_dataloader()))
+    return trainer._prepare_inputs(batch)
+
+
+# from test_trainer.py
+def make_trainer(model, dataset, tmp_path, trainer_cls=VEPOTrainer, **overrides):
+    args = make_config(tmp_path, GRPOConfig if trainer_cls is GRPOTrainer else VEPOConfig, **overrides)
+    return trainer_cls(model=model, reward_funcs=length_reward, args=args, train_dataset=dataset)
+
+
+# from test_trainer.py
+def make_config(tmp_path, config_cls=VEPOConfig, **overrides):
+    settings = {
+        "output_dir": str(tmp_path / "out"),
+        "per_device_train_batch_size": 4,
+        "num_generations": 4,
+        "max_completion_length": 16,
+        "max_steps": 2,
+        "learning_rate": 1e-2,  # tiny model, few steps: large enough that every trained weight moves
+        "logging_steps": 1,
+        "report_to": "none",
+        "save_strategy": "no",
+        "use_cpu": True,
+        "bf16": False,  # the same precision for VEPOConfig and GRPOConfig (whose unset bf16 would be True)
+        "seed": 0,
+    }
+    settings.update(overrides)
+    if config_cls is GRPOConfig:
+        # The same settings without VEPO's fields
+        settings = {k: v for k, v in settings.items() if k in GRPOConfig.__dataclass_fields__}
+    return config_cls(**settings)
+
+
+# from test_trainer.py
+def length_reward(completions, **kwargs):
+    # Deterministic and varied within a group, so advantages are non-zero without a model that can answer
+    return [float(len(completion[0]["content"]) % 5) for completion in completions]
+
+
+# from test_rollout_scoring.py
+def mask_with_weights(trainer, inputs, state_dict=None, step=None):
+    """The mask the first-use path computes for `inputs` with the given weights and step (which seeds the noise);
+    default: the current ones."""
+    current, current_step = None, trainer.state.global_step
+    if step is not None:
+        trainer.state.global_step = step
+    if state_dict is not None:
+        current = copy.deepcopy(trainer.model.state_dict())
+        trainer.model.load_state_dict(state_dict)
+    batch = {k: v for k, v in clone_inputs(inputs).items() if k != SELECTION_KEY}
+    with torch.no_grad(), trainer.perturbed_pass.capture(trainer.model) as captured:
+        forward = trainer._forward(trainer.model, batch)
+    mask = trainer.selection_pipeline.select_at_first_use(trainer.model, batch, forward, captured)
+    if current is not None:
+        trainer.model.load_state_dict(current)
+    trainer.state.global_step = current_step
+    return mask
+
+
+# from test_vllm_prompts.py
+def trainer_prompts(output):
+    """The trainer's processor-expanded prompt ids, one list per completion (left padding removed)."""
+    return [ids[mask.bool()].tolist() for ids, mask in zip(output["prompt_ids"], output["prompt_mask"])]
+
+
+# from test_vllm_prompts.py
+def image(width, height, seed):
+    generator = torch.Generator().manual_seed(seed)
+    pixels = torch.randint(0, 256, (height, width, 3), generator=generator, dtype=torch.uint8)
+    return Image.fromarray(pixels.numpy())
+
+
+# from test_distributed.py
+def free_port() -> int:
+    # A port of our own: another launch on this machine (a parallel job, a leftover rank) may hold the default one
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# from test_insight_page.py
+def make_records(num=3, length=24, seed=0):
+    """`num` completions of one prompt with random signals, selected by VEPO at k = 0.25, the way a run builds them."""
+    tokenizer = build_tokenizer()
+    generator = torch.Generator().manual_seed(seed)
+    text = "<think> Count the shapes in the image. There are 3 red circles. </think> The answer is \\boxed{3}."
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"][:length]
+    completion_ids = torch.tensor([ids] * num)
+    mask = torch.ones_like(completion_ids, dtype=torch.bool)
+    mask[1, length - 5 :] = False  # a shorter response
+    entropy = torch.rand(num, length, generator=generator) * 4
+    signals = TokenSignals(
+        entropy=entropy,
+        perturbed_entropy=entropy + torch.randn(num, length, generator=generator) * 0.5,
+        jsd=torch.rand(num, length, generator=generator) * 0.69,
+    )
+    selected = select_tokens("vepo", signals, mask, ratio=0.25, alpha=0.7)
+    image = Image.new("RGB", (96, 64), (255, 255, 255))
+    image.paste((220, 40, 40), (10, 10, 40, 40))
+    return records_from_signals(
+        completion_ids, tokenizer, signals, mask, selected, ratio=0.25, alpha=0.7,
+        rewards=[1.0, 0.0, 0.5], prompts=["How many red squares? <b>bold</b> & co"] * num, images=[image] * num,
+        groups=[0] * num, meta={"model": "tiny", "perturbation": "diffusion"},
+    )  # fmt: skip
+
+
+# from test_recipes.py
+def accelerate_argv(command: list[str], node: int = 0) -> list[str] | None:
+    """`accelerate launch ...` of a command a launcher printed under DRY_RUN (srun's `bash -c` unwrapped as machine
+    `node` runs it), or `None` for a command that starts no accelerate launch."""
+    if "-c" in command:
+        command = shlex.split(command[command.index("-c") + 1].replace("$SLURM_NODEID", str(node)))
+    return command[command.index("accelerate") :] if "accelerate" in command else None
+
+
+# from test_recipes.py
+@contextlib.contextmanager
+def world_size(processes: int):
+    """Parse as each of `processes` launched processes would: GRPOConfig checks the batch against the world size."""
+    from transformers import TrainingArguments
+
+    original = TrainingArguments.world_size
+    TrainingArguments.world_size = property(lambda self: processes)
+    try:
+        yield
+    finally:
+        TrainingArguments.world_size = original
+
+
+# from test_recipes.py
+def parse_argv(argv):
+    # A fresh parser each time: a config file becomes the parser's defaults
+    return make_parser().parse_args_and_config([*argv, *CPU])
+
+
+# from test_recipes.py
+COMPLETIONS_PER_ROLLOUT = 512 * 12  # 512 prompts x 12 samples per rollout batch
+
+
+# from test_recipes.py
+COMPLETIONS_PER_STEP = 128 * 12  # 128 prompts x 12 samples per optimiser step
+
+
+# from test_recipes.py
+RECIPES = REPO / "recipes"

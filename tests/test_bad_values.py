@@ -20,7 +20,7 @@ from vepo_trl.families import NOT_YET
 from vepo_trl.train import VEPOScriptArguments
 from vepo_trl.validation import COMBINATIONS, RANGES, rules_for
 
-from .test_trust import run_cli
+from .support import assert_one_error_line, run_cli
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,14 +39,6 @@ def nothing_loads(monkeypatch, tmp_path_factory):
 
     monkeypatch.setattr(train_module, "load_model", refuse)
     monkeypatch.setattr(train_module, "load_dataset_split", refuse)
-
-
-def assert_refused(code, err, *needles):
-    lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith("vepo-trl ") and ": error: " in lines[0]
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 def train_argv(output_dir, *flags):
@@ -105,7 +97,7 @@ def test_named_bad_values_end_in_one_line_before_anything_loads(tmp_path, capsys
         if command == "train":
             argv += ["--config", TINY_RECIPE]
         code, out, err = run_cli(argv, capsys)
-        assert_refused(code, err, flag, needle)
+        assert_one_error_line(code, err, None, flag, needle)
     assert sorted(p.name for p in folder.iterdir()) == ["keep.txt"]
 
 
@@ -121,7 +113,7 @@ def test_named_bad_values_end_in_one_line_before_anything_loads(tmp_path, capsys
 )
 def test_combinations_are_refused_in_one_line(tmp_path, capsys, argv, needle):
     code, out, err = run_cli(train_argv(tmp_path / "out", *argv), capsys)
-    assert_refused(code, err, needle)
+    assert_one_error_line(code, err, None, needle)
     assert not (tmp_path / "out").exists()
 
 
@@ -136,7 +128,7 @@ def test_a_model_family_without_an_adapter_is_refused_before_its_weights_load(tm
     argv = train_argv(tmp_path / "out", "--model_name_or_path", str(model))
     code, out, err = run_cli(argv, capsys)
     # The refusal names what blocks the family
-    assert_refused(code, err, f"'{model_type}' model", "no perturbation adapter", refused.blocker[:40], "qwen2.5-vl",
+    assert_one_error_line(code, err, None, f"'{model_type}' model", "no perturbation adapter", refused.blocker[:40], "qwen2.5-vl",
                    "--selection_strategy entropy")  # fmt: skip
     assert not (tmp_path / "out").exists()
 
@@ -148,7 +140,7 @@ def test_a_folder_without_its_processor_is_refused_before_its_weights_load(tmp_p
     (folder / ("config.json" if kind == "model" else "adapter_config.json")).write_text('{"model_type": "qwen2_5_vl"}')
     argv = train_argv(tmp_path / "out", "--model_name_or_path", str(folder))
     code, out, err = run_cli(argv, capsys)
-    assert_refused(code, err, f"the {kind} folder has no processor files")
+    assert_one_error_line(code, err, None, f"the {kind} folder has no processor files")
 
 
 def invalid_values(name, folder: Path) -> list[str]:
@@ -185,7 +177,7 @@ def test_generated_bad_values_are_refused_in_one_line(name, data, tmp_path, caps
     value = data.draw(st.sampled_from(invalid_values(name, tmp_path)))
     argv = train_argv(folder, f"--{name}", value)
     code, out, err = run_cli(argv, capsys)
-    assert_refused(code, err, name)
+    assert_one_error_line(code, err, None, name)
     assert sorted(p.name for p in folder.iterdir()) == ["keep.txt"]
 
 
@@ -194,7 +186,7 @@ def test_yaml_values_meet_the_same_rules(tmp_path, capsys):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(Path(TINY_RECIPE).read_text() + "noise_step: 500.5\n")
     code, out, err = run_cli(["train", "--config", str(recipe), "--output_dir", str(tmp_path / "out")], capsys)
-    assert_refused(code, err, "--noise_step 500.5", "whole diffusion step")
+    assert_one_error_line(code, err, None, "--noise_step 500.5", "whole diffusion step")
 
 
 def test_type_rules_are_checked_early_once_a_parse_saved_them(tmp_path):
@@ -240,14 +232,14 @@ def test_the_other_commands_refuse_newcomer_inputs_in_one_line(tmp_path, capsys,
         for a in argv
     ]
     code, out, err = run_cli(argv, capsys)
-    assert_refused(code, err, needle)
+    assert_one_error_line(code, err, None, needle)
 
 
 def test_a_cache_that_is_a_file_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
     (tmp_path / "afile.txt").write_text("")
     monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path / "afile.txt"))
     code, out, err = run_cli(["demo", "--output_dir", str(tmp_path / "out")], capsys)
-    assert_refused(code, err, "VEPO_TRL_CACHE", "a file of that name exists")
+    assert_one_error_line(code, err, None, "VEPO_TRL_CACHE", "a file of that name exists")
 
 
 def test_push_to_hub_without_the_hub_or_a_token_is_refused_before_training(tmp_path, capsys, monkeypatch):
@@ -258,7 +250,7 @@ def test_push_to_hub_without_the_hub_or_a_token_is_refused_before_training(tmp_p
     hub_unreachable.cache_clear()
     argv = train_argv(tmp_path / "out", "--push_to_hub", "true")
     code, out, err = run_cli([*argv, "--hub_model_id", "someone/x"], capsys)
-    assert_refused(code, err, "push_to_hub is on, and HF_HUB_OFFLINE is set: run without it")
+    assert_one_error_line(code, err, None, "push_to_hub is on, and HF_HUB_OFFLINE is set: run without it")
     # Reachable (a listening port on 127.0.0.1 as the endpoint) but no token anywhere
     import socket
 
@@ -274,7 +266,7 @@ def test_push_to_hub_without_the_hub_or_a_token_is_refused_before_training(tmp_p
         hub_unreachable.cache_clear()
         code, out, err = run_cli([*argv, "--hub_model_id", "someone/x"], capsys)
         hub_unreachable.cache_clear()
-    assert_refused(code, err, "no Hugging Face token is set")
+    assert_one_error_line(code, err, None, "no Hugging Face token is set")
     assert not (tmp_path / "out").exists()
 
 

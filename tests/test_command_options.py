@@ -24,6 +24,8 @@ from vepo_trl.cli import main as cli_main
 from vepo_trl.options import option, parser_for
 from vepo_trl.validation import TEXT
 
+from .support import assert_one_error_line, snapshot
+
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_RECIPE = str(REPO / "recipes" / "tiny" / "config_vepo.yaml")
@@ -60,10 +62,10 @@ def options(command: str) -> dict[str, argparse.Action]:
 @pytest.fixture(autouse=True)
 def nothing_loads(monkeypatch, tmp_path_factory):
     """Every place a command loads a model, data or starts its work raises `Reached`."""
+    from vepo_trl.builtin import warm_start
     from vepo_trl.eval import run as eval_run
     from vepo_trl.insight import analyze_command, commands, inspect_command, plot_command
-    from vepo_trl.lab import run as lab_run
-    from vepo_trl.lab import warm_start
+    from vepo_trl.lab import experiment as lab_run
 
     monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path_factory.getbasetemp() / "vepo-cache"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -99,18 +101,6 @@ def run(argv: list[str], capsys) -> tuple[int | str, str]:
     except Reached:
         code = "reached"
     return code, capsys.readouterr().err
-
-
-def assert_refused(code, err, command, *needles):
-    lines = [line for line in err.strip().splitlines() if line.strip()]
-    assert code == 2 and "Traceback" not in err, err
-    assert len(lines) == 1 and lines[0].startswith(f"vepo-trl {command}: error: "), lines
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-
-
-def snapshot(folder: Path) -> set[str]:
-    return {str(path.relative_to(folder)) for path in folder.rglob("*")}
 
 
 class Place:
@@ -266,14 +256,14 @@ def test_drawn_options_of_every_command_end_cleanly(command, data, tmp_path_fact
     code, err = run(argv, capsys)
     assert "Traceback" not in err, err
     if bad_flags:
-        assert_refused(code, err, command)
+        assert_one_error_line(code, err, command)
         line = err.strip().splitlines()[-1]
         assert any(flag in line or "RUN_DIR" in line for flag in bad_flags), (argv, line)
         assert snapshot(root) == before
     else:
         assert code in (0, 2, "reached"), (argv, err)
         if code == 2:
-            assert_refused(code, err, command)
+            assert_one_error_line(code, err, command)
 
 
 # -- One rule per kind of input, through every command it applies to --------------------------------------------------
@@ -311,7 +301,7 @@ def test_every_writing_command_refuses_an_unusable_output_folder(command, state,
     ]
     before = snapshot(tmp_path)
     code, err = run(argv, capsys)
-    assert_refused(code, err, command)
+    assert_one_error_line(code, err, command)
     assert any(word in err for word in (needle, "is a file", "not a usable", "does not exist")), err
     assert snapshot(tmp_path) == before
 
@@ -354,7 +344,7 @@ def test_recipe_values_of_any_yaml_type_for_any_key(key, kind, tmp_path_factory,
     assert "Traceback" not in err, err
     assert code in (2, "reached"), (key, kind, code, err)
     if code == 2:
-        assert_refused(code, err, "train")
+        assert_one_error_line(code, err, "train")
 
 
 @pytest.mark.parametrize(("kind", "needle"), [
@@ -368,7 +358,7 @@ def test_a_recipe_list_where_one_value_goes_is_refused_naming_it(kind, needle, t
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe))
     code, err = run(["train", "--config", str(path), "--output_dir", str(tmp_path / "out")], capsys)
-    assert_refused(code, err, "train", needle)
+    assert_one_error_line(code, err, "train", needle)
 
 
 def test_text_fields_take_a_yaml_number_or_date_as_text(tmp_path, capsys, monkeypatch):
@@ -404,7 +394,7 @@ def test_repeated_flags_are_refused_in_every_command(tmp_path, capsys):
         (["lab", "--steps", "2", "--steps", "3"], "--steps"),
     ]:
         code, err = run(argv, capsys)
-        assert_refused(code, err, argv[0], f"{flag} is given twice")
+        assert_one_error_line(code, err, argv[0], f"{flag} is given twice")
 
 
 # -- Files a command reads ---------------------------------------------------------------------------------------------
@@ -438,7 +428,7 @@ def test_a_damaged_benchmark_file_is_named_in_one_line(state, tmp_path, capsys, 
     capsys.readouterr()  # the writer's progress bar
     code, err = run(["eval", "--model", "m/m", "--benchmarks", "geometry3k", "--data_dir", str(tmp_path / "data"),
                      "--output_dir", str(tmp_path / "out"), "--protocol", "rule"], capsys)  # fmt: skip
-    assert_refused(code, err, "eval", f"geometry3k: cannot read {file}: not a readable parquet file")
+    assert_one_error_line(code, err, "eval", f"geometry3k: cannot read {file}: not a readable parquet file")
 
 
 @pytest.mark.parametrize("state", ["truncated", "empty"])
@@ -452,7 +442,7 @@ def test_a_damaged_training_file_is_named_in_one_line(state, tmp_path, capsys, m
     capsys.readouterr()  # the writer's progress bar
     code, err = run(["train", "--config", TINY_RECIPE, "--dataset_name", str(file), "--output_dir",
                      str(tmp_path / "out")], capsys)  # fmt: skip
-    assert_refused(code, err, "train", f"cannot read {file}: not a readable parquet file")
+    assert_one_error_line(code, err, "train", f"cannot read {file}: not a readable parquet file")
 
 
 # -- The console -------------------------------------------------------------------------------------------------------
@@ -502,7 +492,7 @@ def test_a_model_folder_without_weights_is_refused_by_every_command_before_loadi
     code, err = run(
         [*argv, "--output_dir" if command != "inspect" else "--output", str(tmp_path / "out.html")], capsys
     )
-    assert_refused(code, err, command, "holds no weights")
+    assert_one_error_line(code, err, command, "holds no weights")
 
 
 @pytest.mark.parametrize("command", ["train", "inspect"])
@@ -512,4 +502,4 @@ def test_an_empty_recipe_is_said(command, tmp_path, capsys):
     if command == "inspect":
         argv = ["inspect", "--model", "m/m", "--dataset", "synthetic", "--config", str(tmp_path / "empty.yaml")]
     code, err = run(argv, capsys)
-    assert_refused(code, err, command, "empty.yaml is empty")
+    assert_one_error_line(code, err, command, "empty.yaml is empty")

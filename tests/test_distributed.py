@@ -3,23 +3,17 @@ completion masked) finish their training steps: every process enters every colle
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from .support import free_port
+
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "distributed" / "mixed_ranks.py"
-
-
-def free_port() -> int:
-    # A port of our own: another launch on this machine (a parallel job, a leftover rank) may hold the default one
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def launch_two_processes(tmp_path, model_dir, scenario):

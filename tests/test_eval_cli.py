@@ -6,15 +6,14 @@ import json
 import pytest
 
 from tests.support import overridden
-from tests.test_eval_judge import SECRET, FakeOpenAI
 from vepo_trl.cli import main as cli_main
 from vepo_trl.eval import generate as generate_module
 from vepo_trl.eval.benchmarks import PAPER_BENCHMARKS
 from vepo_trl.eval.standins import write_standins
 
+from .support import FAST, SECRET, FakeOpenAI, lines
 
-# Small images and few tokens: the tiny random model only has to run the pipeline
-FAST = ["--max_new_tokens", "8", "--min_pixels", "3136", "--max_pixels", "50176", "--batch_size", "4"]
+
 STANDIN_SIZES = {"geometry3k": 4, "mmk12": 3, "hallusionbench": 4, "mathvista": 2, "wemath": 5, "mathverse": 3,
                  "mathvision": 2}  # fmt: skip
 
@@ -37,10 +36,6 @@ def model_card_left_as_it_was(tiny_model_dir):
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     return str(write_standins(tmp_path_factory.mktemp("standins")))
-
-
-def lines(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def count_generated(monkeypatch):

@@ -2,82 +2,13 @@
 official `openai` client: a verdict, a 5xx then success (retried), a timeout, an unparseable reply, and the key
 reaching the server but never the outputs."""
 
-import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from vepo_trl.eval.judge import LLMJudge, parse_judgement
 
-
-SECRET = "sk-test-" + "k" * 32
-
-
-class FakeOpenAI:
-    """Answers /v1/chat/completions; `script` holds what to do for each request in turn ("500", "sleep", a reply),
-    then `respond(prompt)` (when set) or `default`."""
-
-    def __init__(self):
-        self.requests: list[dict] = []
-        self.script: list[str] = []
-        self.default = "Extracted: B\nJudgement: 1"
-        self.respond = None  # a function of the prompt that scripts the reply (after `script` runs out)
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # keep the test output clean
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-                action = server.script.pop(0) if server.script else server.default
-                if action == "500":
-                    return self._send(500, {"error": {"message": "overloaded", "type": "server_error"}})
-                if action == "sleep":
-                    time.sleep(1.5)
-                    action = server.default
-                if action == "garbage":  # an HTTP 200 whose body is not JSON (a proxy's error page)
-                    return self._send_raw(200, b"<html>upstream error</html>")
-                prompt = body["messages"][0]["content"]
-                if server.respond is not None and action == server.default:
-                    action = server.respond(prompt)
-                    if action == "500":
-                        return self._send(500, {"error": {"message": "overloaded", "type": "server_error"}})
-                if action == "echo":  # right when the response boxes the reference letter
-                    gold = prompt.split("Reference answer:\n", 1)[1].split("\n", 1)[0][0]
-                    response = prompt.split("Model response:\n", 1)[1]
-                    action = f"Extracted: {gold}\nJudgement: {int(f'boxed{{{gold}}}' in response)}"
-                self._send(200, {
-                    "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": action}}],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                })  # fmt: skip
-
-            def _send(self, status, payload):
-                self._send_raw(status, json.dumps(payload).encode())
-
-            def _send_raw(self, status, data):
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout test)
-                    pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+from .support import SECRET, FakeOpenAI
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import itertools
 import pytest
 from mathruler.grader import extract_boxed_content, grade_answer
 
-from tests.test_eval_judge import SECRET, FakeOpenAI
 from vepo_trl.eval.grading import grade_one, grade_records, rule_grade
 from vepo_trl.eval.judge import LLMJudge
 from vepo_trl.eval.paper import (
@@ -25,6 +24,8 @@ from vepo_trl.eval.paper import (
     release_boxed,
 )
 from vepo_trl.eval.standins import MATHVISTA_QUERY_1
+
+from .support import SECRET, FakeOpenAI
 
 
 @pytest.fixture

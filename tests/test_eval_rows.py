@@ -7,10 +7,10 @@ import json
 import pytest
 from PIL import Image
 
-from tests.test_eval_cli import FAST, lines
-from tests.test_eval_judge import SECRET, FakeOpenAI
 from vepo_trl.cli import main as cli_main
 from vepo_trl.eval.run import generate_rows, release_image
+
+from .support import FAST, SECRET, FakeOpenAI, lines
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""Every supported model family (`vepo_trl.families`) on its tiny model (`vepo_trl.testing.TINY_FAMILIES`): TRL's
+"""Every supported model family (`vepo_trl.families`) on its tiny model (`vepo_trl.builtin.tiny_models.TINY_FAMILIES`): TRL's
 GRPOTrainer trains it, VEPO trains it, `full` is GRPO, the identity perturbation gives no signal, and the perturbed
 images differ from the clean ones exactly where each perturbation says. Run them with `pytest -k families`."""
 
@@ -13,6 +13,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor, set_seed
 from trl import GRPOConfig, GRPOTrainer
 
 from vepo_trl import VEPOConfig, VEPOTrainer
+from vepo_trl.builtin.tiny_models import TINY_FAMILIES, build_tiny, build_tiny_processor
 from vepo_trl.data import synthetic_training_dataset
 from vepo_trl.families import FAMILIES, family_of, get_family, pixel_layout, supported_families, trainable_families
 from vepo_trl.perturb import (
@@ -23,10 +24,11 @@ from vepo_trl.perturb import (
     diffusion_alpha_bar,
     perturb_pixel_values,
 )
-from vepo_trl.prompt_padding import text_pads, text_returns_tensors
 from vepo_trl.scoring import SELECTION_STRATEGIES
-from vepo_trl.testing import TINY_FAMILIES, build_tiny, build_tiny_processor, save_tiny
 from vepo_trl.trainer import SELECTION_KEY
+from vepo_trl.trl_compat.prompt_padding import text_pads, text_returns_tensors
+
+from .support import length_reward
 
 
 FAMILY_NAMES = [family.name for family in FAMILIES]
@@ -38,17 +40,6 @@ PADDING_TEXT = [name for name, processor in _TEXT_DEFAULTS.items() if text_pads(
 PADDED_TEXT = [
     name for name, processor in _TEXT_DEFAULTS.items() if text_pads(processor) or text_returns_tensors(processor)
 ]
-
-
-def length_reward(completions, **kwargs):
-    return [float(len(completion[0]["content"]) % 5) for completion in completions]
-
-
-@pytest.fixture(scope="module")
-def family_dirs(tmp_path_factory):
-    """Each family's tiny model saved once, loaded by the trainers from the folder like a Hub id."""
-    root = tmp_path_factory.mktemp("families")
-    return {name: str(save_tiny(name, root / name)) for name in FAMILY_NAMES}
 
 
 @pytest.fixture(scope="module")
@@ -138,9 +129,9 @@ def test_families_unsupported_model_is_refused_in_one_line():
 
 
 @pytest.mark.parametrize("family", TRAINABLE)
-def test_families_grpo_trainer_trains_one_step(family_dirs, dataset, tmp_path, family):
+def test_families_grpo_trainer_trains_one_step(tiny_dirs, dataset, tmp_path, family):
     trainer = GRPOTrainer(
-        model=family_dirs[family],
+        model=tiny_dirs[family],
         reward_funcs=length_reward,
         args=make_args(tmp_path, GRPOConfig),
         train_dataset=dataset,
@@ -162,9 +153,9 @@ STEPS = sorted({(name, "diffusion") for name in _KINDS.values()} | {("vepo", nam
 
 @pytest.mark.parametrize("family", TRAINABLE)
 @pytest.mark.parametrize(("strategy", "perturbation"), STEPS)
-def test_families_vepo_trains_one_step(family_dirs, dataset, tmp_path, family, strategy, perturbation):
+def test_families_vepo_trains_one_step(tiny_dirs, dataset, tmp_path, family, strategy, perturbation):
     trainer = VEPOTrainer(
-        model=family_dirs[family],
+        model=tiny_dirs[family],
         reward_funcs=length_reward,
         args=make_args(tmp_path, selection_strategy=strategy, perturbation=perturbation),
         train_dataset=dataset,
@@ -185,17 +176,16 @@ def test_families_vepo_trains_one_step(family_dirs, dataset, tmp_path, family, s
 
 
 @pytest.mark.parametrize("family", TRAINABLE)
-def test_families_rollout_time_scoring_equals_first_use(family_dirs, dataset, tmp_path, family):
+def test_families_rollout_time_scoring_equals_first_use(tiny_dirs, dataset, tmp_path, family):
     """The mask made on TRL's rollout-time forward (steps_per_generation > accumulation) is the one the first-use
     path makes for the same slice with the same weights and step."""
-    from .test_rollout_scoring import _mask_with_weights
-    from .test_trainer import first_batch
+    from .support import first_batch, mask_with_weights
 
     if family == "llava-onevision":
         # TRL's own trainer fails on this family's rollout-time forward: shown with the parent (when TRL fixes it,
         # this fails: drop the limitation and VEPOTrainer's workaround, which then steps aside by itself)
         grpo = GRPOTrainer(
-            model=family_dirs[family],
+            model=tiny_dirs[family],
             reward_funcs=length_reward,
             args=make_args(tmp_path, GRPOConfig, steps_per_generation=2),
             train_dataset=dataset,
@@ -204,7 +194,7 @@ def test_families_rollout_time_scoring_equals_first_use(family_dirs, dataset, tm
             grpo.train()
     # VEPOTrainer drops the keyword TRL's forward does not take (the model reads the layout from `image_sizes`)
     trainer = VEPOTrainer(
-        model=family_dirs[family],
+        model=tiny_dirs[family],
         reward_funcs=length_reward,
         args=make_args(tmp_path, steps_per_generation=2, score_zero_advantage_rows=True),
         train_dataset=dataset,
@@ -212,14 +202,14 @@ def test_families_rollout_time_scoring_equals_first_use(family_dirs, dataset, tm
     inputs = first_batch(trainer)
     assert trainer.selection_pipeline.trl_scores_at_rollout() and SELECTION_KEY in inputs
     assert trainer.num_perturbed_completions == 8  # the whole generation batch, scored at rollout
-    assert torch.equal(inputs[SELECTION_KEY], _mask_with_weights(trainer, inputs))
+    assert torch.equal(inputs[SELECTION_KEY], mask_with_weights(trainer, inputs))
 
 
 @pytest.mark.parametrize("family", TRAINABLE)
-def test_families_idle_process_dummy_forward(family_dirs, dataset, tmp_path, family):
+def test_families_idle_process_dummy_forward(tiny_dirs, dataset, tmp_path, family):
     """A process with nothing to score runs one small image through the model, made by the family's processor."""
     trainer = VEPOTrainer(
-        model=family_dirs[family], reward_funcs=length_reward, args=make_args(tmp_path), train_dataset=dataset
+        model=tiny_dirs[family], reward_funcs=length_reward, args=make_args(tmp_path), train_dataset=dataset
     )
     calls = []
     vision = next(
@@ -245,12 +235,12 @@ def unequal_prompts(n=8):
 @pytest.mark.parametrize(
     ("family", "error"), [("mistral3", "Unable to create tensor"), ("paligemma", "inhomogeneous shape")]
 )
-def test_families_unequal_prompts_fail_in_trls_own_trainer(family_dirs, tmp_path, family, error):
+def test_families_unequal_prompts_fail_in_trls_own_trainer(tiny_dirs, tmp_path, family, error):
     """TRL 1.16's GRPOTrainer cannot tokenise Mistral 3 (PixtralProcessor returns tensors by default) or PaliGemma
     (its processor builds `labels` with np.array) prompts of different lengths. When TRL fixes it, this test fails:
     `prompt_padding` then steps aside on its own."""
     trainer = GRPOTrainer(
-        model=family_dirs[family],
+        model=tiny_dirs[family],
         reward_funcs=length_reward,
         args=make_args(tmp_path, GRPOConfig, per_device_train_batch_size=8, num_generations=2),
         train_dataset=unequal_prompts(),
@@ -260,12 +250,12 @@ def test_families_unequal_prompts_fail_in_trls_own_trainer(family_dirs, tmp_path
 
 
 @pytest.mark.parametrize("family", PADDING_TEXT)
-def test_families_trls_own_trainer_trains_on_a_padding_processors_padding(family_dirs, tmp_path, family):
+def test_families_trls_own_trainer_trains_on_a_padding_processors_padding(tiny_dirs, tmp_path, family):
     """A processor whose text defaults pad (Gemma 4) pads TRL 1.16's "unpadded" prompt tokenisation: GRPOTrainer
     takes each shorter prompt's padding for prompt tokens (all attended to: two processes then train otherwise than
     one). When TRL fixes it, this test fails: `prompt_padding` then steps aside on its own."""
     trainer = GRPOTrainer(
-        model=family_dirs[family],
+        model=tiny_dirs[family],
         reward_funcs=length_reward,
         args=make_args(tmp_path, GRPOConfig, per_device_train_batch_size=8, num_generations=2),
         train_dataset=unequal_prompts(),
@@ -280,15 +270,15 @@ def test_families_trls_own_trainer_trains_on_a_padding_processors_padding(family
 
 
 @pytest.mark.parametrize("family", PADDED_TEXT)
-def test_families_unequal_prompts_train_with_each_prompt_as_tokenised_alone(family_dirs, tmp_path, family):
+def test_families_unequal_prompts_train_with_each_prompt_as_tokenised_alone(tiny_dirs, tmp_path, family):
     """VEPOTrainer pads then unpads the prompts of a processor whose text defaults return tensors (Mistral 3) or pad
     (Gemma 4): each prompt's ids equal that prompt tokenised alone, no padding among them, the images are the
     processor's, and `full` trains exactly as GRPOTrainer does with the same tokenisation."""
-    from vepo_trl.prompt_padding import UnpaddedPromptIds, needs_padding
+    from vepo_trl.trl_compat.prompt_padding import UnpaddedPromptIds, needs_padding
 
     data = unequal_prompts()
     args = make_args(tmp_path, per_device_train_batch_size=8, num_generations=2, selection_strategy="full")
-    vepo = VEPOTrainer(model=family_dirs[family], reward_funcs=length_reward, args=args, train_dataset=data)
+    vepo = VEPOTrainer(model=tiny_dirs[family], reward_funcs=length_reward, args=args, train_dataset=data)
     assert needs_padding(vepo.processing_class)
     prompts = [row["prompt"] for row in data]
     for prompt, image in zip(prompts, data["images"]):
@@ -308,7 +298,7 @@ def test_families_unequal_prompts_train_with_each_prompt_as_tokenised_alone(fami
         pass
 
     grpo = PaddedGRPO(
-        model=family_dirs[family],
+        model=tiny_dirs[family],
         reward_funcs=length_reward,
         args=make_args(tmp_path, GRPOConfig, per_device_train_batch_size=8, num_generations=2),
         train_dataset=data,
@@ -323,16 +313,16 @@ def test_families_unequal_prompts_train_with_each_prompt_as_tokenised_alone(fami
 
 
 def test_families_prompt_padding_leaves_other_processors_alone():
-    from vepo_trl.prompt_padding import needs_padding
+    from vepo_trl.trl_compat.prompt_padding import needs_padding
 
     for family in FAMILY_NAMES:
         processor = build_tiny(family)[1]
         assert needs_padding(processor) == (family in ("mistral3", "paligemma", "gemma4")), family
 
 
-def test_families_paligemma_trains_on_unequal_prompts(family_dirs, tmp_path):
+def test_families_paligemma_trains_on_unequal_prompts(tiny_dirs, tmp_path):
     trainer = VEPOTrainer(
-        model=family_dirs["paligemma"],
+        model=tiny_dirs["paligemma"],
         reward_funcs=length_reward,
         args=make_args(tmp_path, per_device_train_batch_size=8, num_generations=2),
         train_dataset=unequal_prompts(),
@@ -352,14 +342,14 @@ def _completion_logps(trainer, forward, inputs):
         return forward(trainer.model, ids, mask, inputs["completion_ids"].size(1), **{k: inputs[k] for k in keys})[0]
 
 
-def test_families_paligemma_completion_is_scored_causally_where_trl_scores_it_bidirectionally(family_dirs, tmp_path):
+def test_families_paligemma_completion_is_scored_causally_where_trl_scores_it_bidirectionally(tiny_dirs, tmp_path):
     """PaliGemma is a prefix LM: `token_type_ids` 0 attend bidirectionally. TRL 1.16 extends them with zeros over the
     completion, so a completion token's log-prob depends on the tokens after it (shown on GRPOTrainer's own forward);
     VEPOTrainer marks the completion causal, as `generate` sampled it: changing the last token changes only its own
     log-prob, and each log-prob equals the forward of the sequence cut after that token. When TRL fixes it, the first
     half fails."""
     trainer = VEPOTrainer(
-        model=family_dirs["paligemma"],
+        model=tiny_dirs["paligemma"],
         reward_funcs=length_reward,
         args=make_args(tmp_path, per_device_train_batch_size=4, num_generations=4, max_completion_length=6),
         train_dataset=synthetic_training_dataset(4, seed=0),
@@ -394,9 +384,9 @@ def test_families_paligemma_completion_is_scored_causally_where_trl_scores_it_bi
 
 
 @pytest.mark.parametrize("family", TRAINABLE)
-def test_families_identity_perturbation_gives_no_signal(family_dirs, dataset, tmp_path, family):
+def test_families_identity_perturbation_gives_no_signal(tiny_dirs, dataset, tmp_path, family):
     trainer = VEPOTrainer(
-        model=family_dirs[family],
+        model=tiny_dirs[family],
         reward_funcs=length_reward,
         args=make_args(tmp_path, perturbation="gaussian", noise_sigma=0.0),  # the identity
         train_dataset=dataset,
@@ -409,15 +399,15 @@ def test_families_identity_perturbation_gives_no_signal(family_dirs, dataset, tm
 
 
 @pytest.mark.parametrize("family", TRAINABLE)
-def test_families_full_strategy_equals_grpo(family_dirs, dataset, tmp_path, family):
+def test_families_full_strategy_equals_grpo(tiny_dirs, dataset, tmp_path, family):
     vepo = VEPOTrainer(
-        model=family_dirs[family],
+        model=tiny_dirs[family],
         reward_funcs=length_reward,
         args=make_args(tmp_path, selection_strategy="full"),
         train_dataset=dataset,
     )
     grpo = GRPOTrainer(
-        model=family_dirs[family],
+        model=tiny_dirs[family],
         reward_funcs=length_reward,
         args=make_args(tmp_path, GRPOConfig),
         train_dataset=dataset,
@@ -677,10 +667,10 @@ def test_families_each_image_perturbed_alone_as_in_a_batch(family):
                 assert torch.equal(tile_both, tile_alone)
 
 
-def test_families_tiny_models_load_from_their_folders(family_dirs):
+def test_families_tiny_models_load_from_their_folders(tiny_dirs):
     for family in ("qwen3-vl", "gemma3"):
-        model = AutoModelForImageTextToText.from_pretrained(family_dirs[family])
-        processor = AutoProcessor.from_pretrained(family_dirs[family])
+        model = AutoModelForImageTextToText.from_pretrained(tiny_dirs[family])
+        processor = AutoProcessor.from_pretrained(tiny_dirs[family])
         assert family_of(model) is get_family(family)
         assert isinstance(pixel_layout(model, processor.image_processor), (PixelLayout, ImageLayout))
 
@@ -874,10 +864,10 @@ def test_gaussian_strength_table_is_the_registry_and_the_noise_it_describes():
         torch.testing.assert_close(unit_std, 2.0 * torch.tensor(std), rtol=0.05, atol=0)
 
 
-def test_llava_onevision_trains_with_a_reference_model_where_trls_trainer_cannot(family_dirs, dataset, tmp_path):
+def test_llava_onevision_trains_with_a_reference_model_where_trls_trainer_cannot(tiny_dirs, dataset, tmp_path):
     """beta > 0 runs a reference forward through TRL's log-prob forward, which raises on the processor's
     `batch_num_images` in GRPOTrainer; VEPOTrainer drops the keyword and trains (`full` and `vepo`)."""
-    model = family_dirs["llava-onevision"]
+    model = tiny_dirs["llava-onevision"]
     grpo = GRPOTrainer(
         model=model, reward_funcs=length_reward, args=make_args(tmp_path, GRPOConfig, beta=0.1), train_dataset=dataset
     )
@@ -895,7 +885,7 @@ def test_llava_onevision_trains_with_a_reference_model_where_trls_trainer_cannot
         assert trainer.state.global_step == 1 and "kl" in logs[0] and math.isfinite(logs[0]["loss"])
 
 
-def test_inputs_trl_cannot_split_are_refused_at_start_up(family_dirs, dataset, tmp_path):
+def test_inputs_trl_cannot_split_are_refused_at_start_up(tiny_dirs, dataset, tmp_path):
     """Gemma 3 with pan-and-scan and LLaVA-OneVision prompts with two images crash inside TRL 1.16 (the parent is
     shown failing on the latter); VEPOTrainer refuses both in one line before training."""
     from datasets import Dataset
@@ -907,27 +897,27 @@ def test_inputs_trl_cannot_split_are_refused_at_start_up(family_dirs, dataset, t
         question = [{"type": "image"}, {"type": "image"}, {"type": "text", "text": "Same?"}]
         row["prompt"] = [row["prompt"][0], {"role": "user", "content": question}]
     two_images = Dataset.from_list(rows, features=dataset.features)
-    model = family_dirs["llava-onevision"]
+    model = tiny_dirs["llava-onevision"]
     grpo = GRPOTrainer(model=model, reward_funcs=length_reward, args=make_args(tmp_path, GRPOConfig),
                        train_dataset=two_images)  # fmt: skip
     with pytest.raises(RuntimeError, match="split_with_sizes"):  # deep in the model's crop split
         grpo.train()
     with pytest.raises(ValueError, match=r"LLaVA-OneVision with 2 images in one prompt \(train_dataset row 0\)"):
         VEPOTrainer(model=model, reward_funcs=length_reward, args=make_args(tmp_path), train_dataset=two_images)
-    processor = AutoProcessor.from_pretrained(family_dirs["gemma3"])
+    processor = AutoProcessor.from_pretrained(tiny_dirs["gemma3"])
     processor.images_kwargs = {**processor.images_kwargs, "do_pan_and_scan": True}
     with pytest.raises(ValueError, match="do_pan_and_scan on"):
-        VEPOTrainer(model=family_dirs["gemma3"], reward_funcs=length_reward, args=make_args(tmp_path),
+        VEPOTrainer(model=tiny_dirs["gemma3"], reward_funcs=length_reward, args=make_args(tmp_path),
                     train_dataset=dataset, processing_class=processor)  # fmt: skip
 
 
-def test_paligemma_inputs_it_cannot_take_are_refused_at_start_up(family_dirs, tmp_path):
+def test_paligemma_inputs_it_cannot_take_are_refused_at_start_up(tiny_dirs, tmp_path):
     """PaliGemma without a chat template (its checkpoints ship none), with vLLM, or with a text-only row in the
     eval data or in TRL's `image` column form: one line before training."""
     from vepo_trl.families import check_family_inputs
 
-    model = AutoModelForImageTextToText.from_pretrained(family_dirs["paligemma"])
-    processor = AutoProcessor.from_pretrained(family_dirs["paligemma"])
+    model = AutoModelForImageTextToText.from_pretrained(tiny_dirs["paligemma"])
+    processor = AutoProcessor.from_pretrained(tiny_dirs["paligemma"])
     check_family_inputs(
         model.config, processor, {"train_dataset": synthetic_training_dataset(2), "eval_dataset": None}
     )
@@ -938,16 +928,16 @@ def test_paligemma_inputs_it_cannot_take_are_refused_at_start_up(family_dirs, tm
         check_family_inputs(model.config, processor, {"train_dataset": None, "eval_dataset": {"a": text_only}})
     processor.chat_template = processor.tokenizer.chat_template = None
     with pytest.raises(ValueError, match="no chat template") as error:
-        VEPOTrainer(model=family_dirs["paligemma"], reward_funcs=length_reward, processing_class=processor,
+        VEPOTrainer(model=tiny_dirs["paligemma"], reward_funcs=length_reward, processing_class=processor,
                     args=make_args(tmp_path), train_dataset=synthetic_training_dataset(4, seed=0))  # fmt: skip
     assert "\n" not in str(error.value)
 
 
-def test_gemma3_pan_and_scan_fails_in_trls_own_trainer(family_dirs, tmp_path):
+def test_gemma3_pan_and_scan_fails_in_trls_own_trainer(tiny_dirs, tmp_path):
     """Upstream failure behind the start-up refusal: with pan-and-scan on, Gemma 3's processor adds crops per image,
     and TRL 1.16's GRPOTrainer splits `pixel_values` by image count. When this stops failing, TRL handles the crops
     and the refusal in `families.check_family_inputs` can go."""
-    processor = AutoProcessor.from_pretrained(family_dirs["gemma3"])
+    processor = AutoProcessor.from_pretrained(tiny_dirs["gemma3"])
     # The processor's own image defaults decide (Gemma3Processor.images_kwargs; the image processor's attribute is
     # overridden by them): pan-and-scan on, the minimum crop at the tiny model's scale (56 px images)
     processor.images_kwargs = {**processor.images_kwargs, "do_pan_and_scan": True, "pan_and_scan_min_crop_size": 28}
@@ -958,7 +948,7 @@ def test_gemma3_pan_and_scan_fails_in_trls_own_trainer(family_dirs, tmp_path):
     text = processor.apply_chat_template(wide[0]["prompt"], add_generation_prompt=True)
     crops = processor(text=[text], images=[wide[0]["images"]], return_tensors="pt")["pixel_values"]
     assert crops.shape[0] > 1  # the image and its crops
-    grpo = GRPOTrainer(model=family_dirs["gemma3"], reward_funcs=length_reward, processing_class=processor,
+    grpo = GRPOTrainer(model=tiny_dirs["gemma3"], reward_funcs=length_reward, processing_class=processor,
                        args=make_args(tmp_path, GRPOConfig), train_dataset=wide)  # fmt: skip
     # TRL takes more pixel_values than images for InternVL's tiles and counts them with `crop_to_patches`
     with pytest.raises(TypeError, match="crop_to_patches"):

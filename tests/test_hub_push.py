@@ -118,9 +118,10 @@ def test_eval_writes_model_index_and_pushes_the_card(
 
     from huggingface_hub import ModelCard
 
-    from tests.test_eval_cli import FAST
     from vepo_trl.cli import main as cli_main
     from vepo_trl.eval.standins import write_standins
+
+    from .support import FAST
 
     model = tmp_path / "model"
     shutil.copytree(tiny_model_dir, model, ignore=shutil.ignore_patterns("README.md"))
@@ -158,9 +159,10 @@ def test_eval_writes_model_index_and_pushes_the_card(
 def test_partial_results_stay_out_of_the_card(tiny_model_dir, tmp_path, capsys):
     import shutil
 
-    from tests.test_eval_cli import FAST
     from vepo_trl.cli import main as cli_main
     from vepo_trl.eval.standins import write_standins
+
+    from .support import FAST
 
     model = tmp_path / "model"
     shutil.copytree(tiny_model_dir, model, ignore=shutil.ignore_patterns("README.md"))

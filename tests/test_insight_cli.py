@@ -8,6 +8,7 @@ import torch
 from PIL import Image
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
+from vepo_trl.builtin.tiny_models import build_tiny
 from vepo_trl.cli import main
 from vepo_trl.families import get_family, pixel_layout, supported_families
 from vepo_trl.insight import commands, load_records
@@ -20,7 +21,6 @@ from vepo_trl.insight.signals import (
 )
 from vepo_trl.perturb import PixelLayout, perturb_pixel_values
 from vepo_trl.scoring import reference_token_signals, select_tokens
-from vepo_trl.testing import build_tiny
 
 
 @pytest.fixture(scope="module")

@@ -10,35 +10,10 @@ import pytest
 import torch
 from PIL import Image
 
-from vepo_trl.insight import SelectionRecord, records_from_signals, save_records
+from vepo_trl.insight import SelectionRecord, save_records
 from vepo_trl.insight.page import render_page, write_page
-from vepo_trl.scoring import TokenSignals, select_tokens
-from vepo_trl.testing import build_tokenizer
 
-
-def make_records(num=3, length=24, seed=0):
-    """`num` completions of one prompt with random signals, selected by VEPO at k = 0.25, the way a run builds them."""
-    tokenizer = build_tokenizer()
-    generator = torch.Generator().manual_seed(seed)
-    text = "<think> Count the shapes in the image. There are 3 red circles. </think> The answer is \\boxed{3}."
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"][:length]
-    completion_ids = torch.tensor([ids] * num)
-    mask = torch.ones_like(completion_ids, dtype=torch.bool)
-    mask[1, length - 5 :] = False  # a shorter response
-    entropy = torch.rand(num, length, generator=generator) * 4
-    signals = TokenSignals(
-        entropy=entropy,
-        perturbed_entropy=entropy + torch.randn(num, length, generator=generator) * 0.5,
-        jsd=torch.rand(num, length, generator=generator) * 0.69,
-    )
-    selected = select_tokens("vepo", signals, mask, ratio=0.25, alpha=0.7)
-    image = Image.new("RGB", (96, 64), (255, 255, 255))
-    image.paste((220, 40, 40), (10, 10, 40, 40))
-    return records_from_signals(
-        completion_ids, tokenizer, signals, mask, selected, ratio=0.25, alpha=0.7,
-        rewards=[1.0, 0.0, 0.5], prompts=["How many red squares? <b>bold</b> & co"] * num, images=[image] * num,
-        groups=[0] * num, meta={"model": "tiny", "perturbation": "diffusion"},
-    )  # fmt: skip
+from .support import make_records
 
 
 class Spans(html.parser.HTMLParser):

@@ -7,6 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
+from vepo_trl.builtin.tiny_models import build_tokenizer
 from vepo_trl.insight import (
     SelectionRecord,
     load_records,
@@ -17,7 +18,6 @@ from vepo_trl.insight import (
     token_texts,
 )
 from vepo_trl.scoring import TokenSignals
-from vepo_trl.testing import build_tokenizer
 
 
 @pytest.fixture(scope="module")

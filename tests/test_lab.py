@@ -8,8 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from vepo_trl.lab.run import decision_token_mask
-from vepo_trl.lab.tasks import (
+from vepo_trl.builtin.lab_tasks import (
     COLOURS,
     DISTRACTOR,
     MAX_COUNT,
@@ -19,6 +18,7 @@ from vepo_trl.lab.tasks import (
     make_sft_dataset,
     render_response,
 )
+from vepo_trl.lab.experiment import decision_token_mask
 from vepo_trl.rewards import accuracy_reward, format_reward
 
 
@@ -96,7 +96,7 @@ def test_answer_and_decision_tokens():
 def test_warm_start_builds_loads_and_is_cached(tmp_path):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from vepo_trl.lab.warm_start import WarmStartConfig, warm_start_path
+    from vepo_trl.builtin.warm_start import WarmStartConfig, warm_start_path
 
     config = WarmStartConfig(sft_rows=16, sft_steps=2, sft_batch_size=4, eval_rows=4)
     path = warm_start_path(config, cache_dir=tmp_path, log=lambda *a: None)
@@ -162,7 +162,7 @@ def test_warm_start_demo_recipe_parses_to_the_lab_model_and_data():
 
 @pytest.mark.parametrize("seed", range(12))
 def test_squares_answer_is_the_three_colours_left_to_right_in_the_pixels(seed):
-    from vepo_trl.lab.tasks import SHADE_JITTER
+    from vepo_trl.builtin.lab_tasks import SHADE_JITTER
 
     sample = make_lab_sample("squares", seed)
     pixels = np.asarray(sample.image).astype(int)
@@ -216,9 +216,9 @@ def test_sft_label_noise_relabels_each_square():
 
 def test_the_first_lab_task_is_kept_as_it_was():
     """`--task colour` rebuilds the first lab: same warm-start recipe, tokenizer corpus and SFT rows."""
-    from vepo_trl.lab.run import lab_settings
-    from vepo_trl.lab.tasks import lab_corpus
-    from vepo_trl.lab.warm_start import WarmStartConfig
+    from vepo_trl.builtin.lab_tasks import lab_corpus
+    from vepo_trl.builtin.warm_start import WarmStartConfig
+    from vepo_trl.lab.experiment import lab_settings
 
     config = WarmStartConfig.for_task("colour")
     assert (config.vocab_size, config.sft_rows, config.sft_steps, config.sft_learning_rate) == (400, 2048, 300, 2e-3)
@@ -235,7 +235,7 @@ def test_the_first_lab_task_is_kept_as_it_was():
 
 
 def test_rules_parse_with_their_k():
-    from vepo_trl.lab.run import Arm, parse_arm
+    from vepo_trl.lab.experiment import Arm, parse_arm
 
     assert parse_arm("vepo", 0.2) == Arm("vepo", 0.2) and parse_arm("vepo:0.4", 0.2) == Arm("vepo", 0.4)
     assert parse_arm("full:0.4", 0.2).label == "full"
@@ -246,7 +246,7 @@ def test_rules_parse_with_their_k():
 
 
 def test_tokens_trained_are_summed_from_the_per_step_log():
-    from vepo_trl.lab.run import training_compute
+    from vepo_trl.lab.experiment import training_compute
 
     curve = [
         {"step": 1, "completions/mean_length": 40.0, "vepo/selected_fraction": 0.25},
@@ -330,7 +330,7 @@ def test_sweep_picks_each_rules_best_learning_rate():
 
 
 def test_cli_learning_rates_go_on_top_of_the_tasks(monkeypatch):
-    import vepo_trl.lab.run as lab_run
+    import vepo_trl.lab.experiment as lab_run
     from vepo_trl.commands.lab import main
 
     seen = {}
@@ -352,7 +352,7 @@ def test_cli_learning_rates_go_on_top_of_the_tasks(monkeypatch):
 
 def test_a_folder_keeps_its_runs_when_rules_change_and_refuses_a_run_at_another_learning_rate(tmp_path):
     from vepo_trl.errors import UsageError
-    from vepo_trl.lab.run import LAB_RECORD, _lab_record_settings, lab_settings, plan_lab_folder
+    from vepo_trl.lab.experiment import LAB_RECORD, _lab_record_settings, lab_settings, plan_lab_folder
     from vepo_trl.run_folder import write_record
 
     first = lab_settings(strategies=("full", "vepo:0.2"), learning_rates={"full": 7.5e-5, "vepo:0.2": 7.5e-5})

@@ -8,7 +8,7 @@ from trl import GRPOTrainer
 
 from vepo_trl.trainer import SELECTION_KEY
 
-from .test_trainer import first_batch, make_trainer
+from .support import first_batch, make_trainer
 
 
 LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]

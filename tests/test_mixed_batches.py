@@ -10,11 +10,12 @@ from transformers.trainer_callback import PrinterCallback
 from trl import GRPOTrainer
 
 from vepo_trl import VEPOConfig, VEPOTrainer
-from vepo_trl.batch import image_safe_forward, multimodal_inputs, sequence, take_rows
+from vepo_trl.batch import multimodal_inputs, sequence, take_rows
+from vepo_trl.builtin.tiny_models import TINY_FAMILIES, layout_signature, one_per_layout, takes
 from vepo_trl.data import synthetic_training_dataset
-from vepo_trl.testing import TINY_FAMILIES, layout_signature, one_per_layout, save_tiny, takes
+from vepo_trl.trl_compat.forward import image_safe_forward
 
-from .test_trainer import first_batch
+from .support import first_batch
 
 
 def _text_only_beside_images() -> Dataset:
@@ -24,7 +25,7 @@ def _text_only_beside_images() -> Dataset:
     return Dataset.from_list([row, text_only])
 
 
-# One family per pixel layout (`testing.one_per_layout`: patch rows, whole images, per-row padded tiles, any-res crops,
+# One family per pixel layout (`tiny_models.one_per_layout`: patch rows, whole images, per-row padded tiles, any-res crops,
 # tiles counted per prompt, padded patch rows, ... as the registry has them) among those that take text-only rows
 # beside image rows (PaliGemma's are refused at start-up). Every family's own forward on text-only and image rows is
 # in test_families
@@ -34,12 +35,6 @@ PER_ROW_PADDED = [name for name in TINY_FAMILIES if "pixel_attention_mask" in la
 # (gradient accumulation, steps_per_generation) in {1, 2, 4} x {1, 2}: slices of 2 responses, scored at first use or
 # at rollout
 ARITHMETIC = [(1, 1), (1, 2), (2, 1), (2, 2), (4, 1), (4, 2)]
-
-
-@pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mixed-families")
-    return {name: str(save_tiny(name, root / name)) for name in FAMILIES}
 
 
 @pytest.fixture(scope="module")
@@ -68,11 +63,9 @@ def config(tmp_path, **overrides):
 
 @pytest.mark.parametrize(("accumulation", "per_generation"), ARITHMETIC, ids=[f"ga{a}-spg{s}" for a, s in ARITHMETIC])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_mixed_data_trains_at_every_batch_arithmetic(
-    model_dirs, mixed, tmp_path, family, accumulation, per_generation
-):
+def test_mixed_data_trains_at_every_batch_arithmetic(tiny_dirs, mixed, tmp_path, family, accumulation, per_generation):
     args = config(tmp_path, gradient_accumulation_steps=accumulation, steps_per_generation=per_generation, max_steps=4)
-    trainer = VEPOTrainer(model=model_dirs[family], reward_funcs=reward, args=args, train_dataset=mixed)
+    trainer = VEPOTrainer(model=tiny_dirs[family], reward_funcs=reward, args=args, train_dataset=mixed)
     trainer.remove_callback(PrinterCallback)
     slices = []
     compute_loss = trainer.compute_loss
@@ -96,8 +89,8 @@ def _row_alone(trainer, forward, inputs, row):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_each_rows_log_probs_equal_its_forward_alone(model_dirs, mixed, tmp_path, family):
-    trainer = VEPOTrainer(model=model_dirs[family], reward_funcs=reward, train_dataset=mixed,
+def test_each_rows_log_probs_equal_its_forward_alone(tiny_dirs, mixed, tmp_path, family):
+    trainer = VEPOTrainer(model=tiny_dirs[family], reward_funcs=reward, train_dataset=mixed,
                           args=config(tmp_path, per_device_train_batch_size=8, shuffle_dataset=False))  # fmt: skip
     inputs = first_batch(trainer)
     has_image = [n > 0 for n in inputs["num_images"]]
@@ -157,9 +150,9 @@ def _two_images_or_none(rows=8):
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
 @pytest.mark.parametrize("family", PER_ROW_PADDED)
-def test_per_response_pixels_stay_with_their_response_under_trls_shuffle(model_dirs, tmp_path, family, seed):
+def test_per_response_pixels_stay_with_their_response_under_trls_shuffle(tiny_dirs, tmp_path, family, seed):
     data = _two_images_or_none()
-    trainer = VEPOTrainer(model=model_dirs[family], reward_funcs=reward, train_dataset=Dataset.from_list(data),
+    trainer = VEPOTrainer(model=tiny_dirs[family], reward_funcs=reward, train_dataset=Dataset.from_list(data),
                           args=config(tmp_path, steps_per_generation=2, shuffle_dataset=False, max_steps=1))  # fmt: skip
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from vepo_trl.builtin.tiny_models import build_processor
 from vepo_trl.perturb import (
     PERTURBATIONS,
     PixelLayout,
@@ -22,7 +23,6 @@ from vepo_trl.perturb import (
     perturb_pixel_values,
     register_perturbation,
 )
-from vepo_trl.testing import build_processor
 
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)

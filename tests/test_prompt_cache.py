@@ -14,11 +14,11 @@ from trl.trainer.utils import unsplit_pixel_values_by_grid
 
 from vepo_trl import VEPOConfig, VEPOTrainer
 from vepo_trl.batch import has_image, row_pieces, take_rows
+from vepo_trl.builtin.tiny_models import TINY_FAMILIES, build_tiny_config, build_tiny_processor, takes
 from vepo_trl.data import synthetic_training_dataset
 from vepo_trl.prompt_cache import cache_blocker, completions_hold_images, prompt_groups
 from vepo_trl.scoring import TokenSignals
 from vepo_trl.selection_pipeline import SELECTION_KEY
-from vepo_trl.testing import TINY_FAMILIES, build_tiny_config, build_tiny_processor, save_tiny, takes
 
 
 SIGNALS = ("jsd", "entropy", "perturbed_entropy")
@@ -63,12 +63,6 @@ def _dataset(family):
 
 def _reward(completions, **kwargs):
     return [float(len(completion[0]["content"]) % 3) for completion in completions]
-
-
-@pytest.fixture(scope="module")
-def family_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("prompt-cache")
-    return {name: str(save_tiny(name, root / name)) for name in TINY_FAMILIES}
 
 
 def test_every_family_is_shared_or_blocked_with_its_reason():
@@ -121,8 +115,8 @@ def _signals_both_ways(trainer, inputs, batch_size=None):
 
 
 @pytest.mark.parametrize("family", SHARED)
-def test_shared_prompt_signals_equal_the_whole_sequence_pass(family_dirs, tmp_path, family):
-    trainer = _trainer(family_dirs[family], _dataset(family), tmp_path)
+def test_shared_prompt_signals_equal_the_whole_sequence_pass(tiny_dirs, tmp_path, family):
+    trainer = _trainer(tiny_dirs[family], _dataset(family), tmp_path)
     assert trainer.perturbed_pass.share_prompts
     inputs = _batch(trainer)
     (both, rows, valid) = _signals_both_ways(trainer, inputs)
@@ -146,10 +140,10 @@ def test_shared_prompt_signals_equal_the_whole_sequence_pass(family_dirs, tmp_pa
 
 
 @pytest.mark.parametrize("family", ["qwen2.5-vl", "llava"])
-def test_shared_prompt_pass_is_exact_in_float64(family_dirs, tmp_path, family):
+def test_shared_prompt_pass_is_exact_in_float64(tiny_dirs, tmp_path, family):
     """Positions from the attention mask (M-RoPE: the prompt unpadded) and counted over every column (LLaVA: the
     padded prompt and its mask): the same function as the whole-sequence forward, to float64 rounding."""
-    trainer = _trainer(family_dirs[family], _dataset(family), tmp_path)
+    trainer = _trainer(tiny_dirs[family], _dataset(family), tmp_path)
     inputs = _batch(trainer)
     trainer.model.double()
     inputs = {k: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in inputs.items()}
@@ -178,10 +172,10 @@ def _by_prompt(inputs):
 
 @pytest.mark.parametrize("batch_size", [1, 2, 5])
 @pytest.mark.parametrize("family", ["qwen2.5-vl", "llava"])
-def test_small_scoring_chunks_read_each_prompt_once_and_keep_the_signals(family_dirs, tmp_path, family, batch_size):
+def test_small_scoring_chunks_read_each_prompt_once_and_keep_the_signals(tiny_dirs, tmp_path, family, batch_size):
     """Forwards of one, two or five rows: a prompt's completions run in slices, each from its own copy of the cache;
     the signals stay the whole-sequence pass's."""
-    trainer = _trainer(family_dirs[family], _dataset(family), tmp_path)
+    trainer = _trainer(tiny_dirs[family], _dataset(family), tmp_path)
     inputs = _by_prompt(_batch(trainer))
     both, rows, valid = _signals_both_ways(trainer, inputs, batch_size)
     scored = valid & rows[:, None]
@@ -192,9 +186,9 @@ def test_small_scoring_chunks_read_each_prompt_once_and_keep_the_signals(family_
     assert both[True][2] < both[False][2]
 
 
-def test_one_token_completions(family_dirs, tmp_path):
+def test_one_token_completions(tiny_dirs, tmp_path):
     """T = 1: the prompt's last position predicts the only token; no completion forward runs."""
-    trainer = _trainer(family_dirs["qwen2.5-vl"], _dataset("qwen2.5-vl"), tmp_path, max_completion_length=1)
+    trainer = _trainer(tiny_dirs["qwen2.5-vl"], _dataset("qwen2.5-vl"), tmp_path, max_completion_length=1)
     inputs = _batch(trainer)
     assert inputs["completion_ids"].size(1) == 1
     both, rows, valid = _signals_both_ways(trainer, inputs)
@@ -204,10 +198,10 @@ def test_one_token_completions(family_dirs, tmp_path):
         assert difference <= 1e-5, f"{name}: {difference:.2e}"
 
 
-def test_completions_holding_an_image_keep_the_whole_sequence_pass(family_dirs, tmp_path):
+def test_completions_holding_an_image_keep_the_whole_sequence_pass(tiny_dirs, tmp_path):
     """A tool's image in a completion (TRL 1.16 puts its placeholders and pixels there): the prompt forward would see
     pixels for placeholders it does not hold, so the chunk runs whole sequences."""
-    trainer = _trainer(family_dirs["qwen2.5-vl"], _dataset("qwen2.5-vl"), tmp_path)
+    trainer = _trainer(tiny_dirs["qwen2.5-vl"], _dataset("qwen2.5-vl"), tmp_path)
     passes = trainer.perturbed_pass
     image_token = trainer.processing_class.image_token_id
     assert image_token in passes.image_token_ids
@@ -224,8 +218,8 @@ def test_completions_holding_an_image_keep_the_whole_sequence_pass(family_dirs, 
     assert completions_hold_images(ids, length, {**inputs, "mm_token_type_ids": types}, [])
 
 
-def test_a_model_that_keeps_no_cache_falls_back_to_the_whole_sequence_pass(family_dirs, tmp_path, caplog):
-    trainer = _trainer(family_dirs["qwen2.5-vl"], _dataset("qwen2.5-vl"), tmp_path)
+def test_a_model_that_keeps_no_cache_falls_back_to_the_whole_sequence_pass(tiny_dirs, tmp_path, caplog):
+    trainer = _trainer(tiny_dirs["qwen2.5-vl"], _dataset("qwen2.5-vl"), tmp_path)
     inputs = _batch(trainer)
     forward = trainer.model.forward
 
@@ -242,12 +236,12 @@ def test_a_model_that_keeps_no_cache_falls_back_to_the_whole_sequence_pass(famil
     assert torch.equal(both[True][0].jsd[scored], both[False][0].jsd[scored])
 
 
-def test_the_training_step_uses_the_shared_pass_and_keeps_its_mask(family_dirs, tmp_path):
+def test_the_training_step_uses_the_shared_pass_and_keeps_its_mask(tiny_dirs, tmp_path):
     """Rollout-time scoring (steps_per_generation 2): the mask a step stores is the same with the prompt read once."""
     dataset = _dataset("qwen2.5-vl")
     masks = {}
     for shared in (True, False):
-        trainer = _trainer(family_dirs["qwen2.5-vl"], dataset, tmp_path, per_device_train_batch_size=6,
+        trainer = _trainer(tiny_dirs["qwen2.5-vl"], dataset, tmp_path, per_device_train_batch_size=6,
                            steps_per_generation=2)  # fmt: skip
         trainer.perturbed_pass.share_prompts = shared
         assert trainer.selection_pipeline.trl_scores_at_rollout()
@@ -309,10 +303,10 @@ def test_chunks_keep_a_prompts_completions_together_within_the_budget():
 
 
 @pytest.mark.parametrize("family", BLOCKED)
-def test_linear_attention_models_keep_the_whole_sequence_pass(family_dirs, tmp_path, family):
+def test_linear_attention_models_keep_the_whole_sequence_pass(tiny_dirs, tmp_path, family):
     """Gated DeltaNet (Qwen3.5) continues from a cache over other chunk boundaries of its float32 recurrence: above
     the 1e-5 bar here, so its rows keep one forward each, and the reason is the config's, not a list of names."""
-    trainer = _trainer(family_dirs[family], _dataset(family), tmp_path)
+    trainer = _trainer(tiny_dirs[family], _dataset(family), tmp_path)
     assert not trainer.perturbed_pass.share_prompts
     assert "linear-attention" in cache_blocker(trainer.model.config)
 

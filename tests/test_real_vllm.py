@@ -27,7 +27,7 @@ import pytest
 import torch
 from datasets import Dataset
 
-from .test_vllm_prompts import image, trainer_prompts
+from .support import image, trainer_prompts
 
 
 def _cpu_build_installed() -> bool:
@@ -141,13 +141,10 @@ def never_sampling_image_tokens(model, tokens: list[int], lane: int = 0, margin:
 
 
 def save_vllm_tiny(family: str, path) -> str:
-    from vepo_trl.families import get_family
-    from vepo_trl.testing import build_tiny
+    from vepo_trl.builtin.tiny_models import build_tiny, tiny_recipe
 
     model, processor = build_tiny(family, **VLLM_SIZES)
-    never_sampling_image_tokens(
-        model, processor.tokenizer.convert_tokens_to_ids(list(get_family(family).tiny.suppress))
-    )
+    never_sampling_image_tokens(model, processor.tokenizer.convert_tokens_to_ids(list(tiny_recipe(family).suppress)))
     model.save_pretrained(path)
     processor.save_pretrained(path)
     return str(path)
@@ -231,7 +228,7 @@ def train_on_vllm(model_dir, tmp_path, trainer_cls=None, dtype="float32", rows=(
     """Colocate mode, importance-sampling correction on (TRL then computes the trainer's log-probs of every rollout),
     sleep mode off, one rollout per step; `max_steps` rollouts of the mixed batch (its images seen again each
     step)."""
-    from .test_trainer import VEPOTrainer, make_trainer
+    from .support import VEPOTrainer, make_trainer
 
     settings = {
         "use_vllm": True,
@@ -294,7 +291,7 @@ def test_pre_expanded_prompts_are_expanded_again(cpu_linear_reads_weights, qwen_
     rows, which VEPOTrainer's batch splitting handles.)"""
     from trl import GRPOTrainer
 
-    from vepo_trl import vllm_prompts
+    from vepo_trl.trl_compat import vllm_prompts
 
     rows = [0, 1, 2, 3] if who != "GRPOTrainer" else [0, 1, 3]
     if who == "GRPOTrainer":
@@ -330,8 +327,8 @@ def test_repeated_images_are_encoded_with_the_synced_weights(
     features. With our reset switched off, step 2's image rows drift from the trainer's log-probs while the text-only
     rows agree; with it (test_vepo_trains_on_the_real_engine) every row agrees. Fails, and says so, once TRL resets
     the encoder cache itself."""
-    from vepo_trl import vllm_prompts
-    from vepo_trl.vllm_prompts import trl_resets_encoder_cache
+    from vepo_trl.trl_compat import vllm_prompts
+    from vepo_trl.trl_compat.vllm_prompts import trl_resets_encoder_cache
 
     if trl_resets_encoder_cache():
         pytest.fail(
@@ -348,9 +345,9 @@ def test_repeated_images_are_encoded_with_the_synced_weights(
 def test_a_float32_model_sampled_in_bf16_is_named(cpu_linear_reads_weights, qwen_dir, tmp_path, caplog):
     """TRL passes vLLM no dtype: the float32 checkpoint samples in bf16. One warning line says so, and the gap it
     causes is the bf16 rounding, not a bug (below 1 nat, far above fp32's 1e-4)."""
-    with caplog.at_level("WARNING", logger="vepo_trl.vllm_prompts"):
+    with caplog.at_level("WARNING", logger="vepo_trl.trl_compat.vllm_prompts"):
         _, _, rollouts = train_on_vllm(qwen_dir, tmp_path, dtype=None, max_steps=1)
-    warnings = [r.getMessage() for r in caplog.records if r.name == "vepo_trl.vllm_prompts"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "vepo_trl.trl_compat.vllm_prompts"]
     assert any("vLLM samples rollouts in bfloat16 while the policy computes in float32" in w for w in warnings)
     gaps = logprob_gaps(rollouts[0])
     print("bf16 sampling gaps", [f"{g:.1e}" for g in gaps])
@@ -409,8 +406,8 @@ def _blocked_families() -> list[str]:
     """The families the installed vLLM cannot start an engine for (`vllm_prompts.vllm_blocker` on each tiny config)."""
     if not _cpu_build_installed():
         return []
-    from vepo_trl.testing import TINY_FAMILIES, build_tiny_config, build_tiny_processor
-    from vepo_trl.vllm_prompts import vllm_blocker
+    from vepo_trl.builtin.tiny_models import TINY_FAMILIES, build_tiny_config, build_tiny_processor
+    from vepo_trl.trl_compat.vllm_prompts import vllm_blocker
 
     blocked = []
     for family in TINY_FAMILIES:
@@ -520,7 +517,7 @@ def test_vepo_trains_one_step_against_trl_vllm_serve(vllm_serve, qwen_dir, tmp_p
     one step runs on the weights the server loaded; the prefix- and encoder-cache resets after the sync are real."""
     from trl.generation.vllm_client import VLLMClient
 
-    from .test_trainer import make_trainer
+    from .support import make_trainer
 
     monkeypatch.setattr(VLLMClient, "init_communicator", lambda self, device=0: None)
     monkeypatch.setattr(VLLMClient, "update_named_params", lambda self, *args, **kwargs: None)

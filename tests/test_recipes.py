@@ -1,7 +1,6 @@
 """The recipes: each YAML file parses into the training script's dataclasses with the paper's settings, each accelerate
 config loads the way `accelerate launch` loads it, and every command in recipes/README.md names real files and flags."""
 
-import contextlib
 import dataclasses
 import importlib.util
 import itertools
@@ -18,11 +17,12 @@ from accelerate.commands.launch import launch_command_parser
 from trl import ModelConfig, get_peft_config
 
 from vepo_trl.config import VEPOConfig
-from vepo_trl.train import VEPOScriptArguments, make_parser
+from vepo_trl.train import VEPOScriptArguments
+
+from .support import COMPLETIONS_PER_ROLLOUT, COMPLETIONS_PER_STEP, RECIPES, accelerate_argv, parse_argv, world_size
 
 
 REPO = Path(__file__).resolve().parent.parent
-RECIPES = REPO / "recipes"
 ACCELERATE_CONFIGS = RECIPES / "accelerate_configs"
 MODELS = ("Qwen2.5-VL-7B-Instruct", "Qwen2.5-VL-3B-Instruct")
 
@@ -42,8 +42,6 @@ PAPER_RECIPES = {
 }
 LORA_RECIPE = "vepo/config_lora.yaml"
 PAPER_GPUS = 8
-COMPLETIONS_PER_STEP = 128 * 12  # 128 prompts x 12 samples per optimiser step
-COMPLETIONS_PER_ROLLOUT = 512 * 12  # 512 prompts x 12 samples per rollout batch
 
 # A CPU machine has no bf16 GPU, and TrainingArguments refuses `bf16: true` there unless the run is on the CPU: the
 # recipes stay as they run on GPUs and the tests parse them as CPU runs
@@ -52,11 +50,6 @@ TRAINING_FLAGS = {
     f.name for dataclass in (VEPOScriptArguments, VEPOConfig, ModelConfig) for f in dataclasses.fields(dataclass)
 } | {"config"}
 LAUNCH_FLAGS = {option for action in launch_command_parser()._actions for option in action.option_strings}
-
-
-def parse_argv(argv):
-    # A fresh parser each time: a config file becomes the parser's defaults
-    return make_parser().parse_args_and_config([*argv, *CPU])
 
 
 def parse(config, *overrides):
@@ -211,7 +204,7 @@ def test_lora_recipe(model):
 def test_lora_targets_exactly_the_language_model_projections():
     from peft import get_peft_model
 
-    from vepo_trl.testing import build_model, build_processor
+    from vepo_trl.builtin.tiny_models import build_model, build_processor
 
     _, _, model_args = parse(RECIPES / MODELS[0] / LORA_RECIPE)
     model = get_peft_model(build_model(build_processor()), get_peft_config(model_args))
@@ -366,27 +359,6 @@ def evaluate_flags(capsys):
     with pytest.raises(SystemExit):
         main(["evaluate", "--help"])
     return set(re.findall(r"--\w+", capsys.readouterr().out))
-
-
-@contextlib.contextmanager
-def world_size(processes: int):
-    """Parse as each of `processes` launched processes would: GRPOConfig checks the batch against the world size."""
-    from transformers import TrainingArguments
-
-    original = TrainingArguments.world_size
-    TrainingArguments.world_size = property(lambda self: processes)
-    try:
-        yield
-    finally:
-        TrainingArguments.world_size = original
-
-
-def accelerate_argv(command: list[str], node: int = 0) -> list[str] | None:
-    """`accelerate launch ...` of a command a launcher printed under DRY_RUN (srun's `bash -c` unwrapped as machine
-    `node` runs it), or `None` for a command that starts no accelerate launch."""
-    if "-c" in command:
-        command = shlex.split(command[command.index("-c") + 1].replace("$SLURM_NODEID", str(node)))
-    return command[command.index("accelerate") :] if "accelerate" in command else None
 
 
 def check_training_args(argv, num_processes):

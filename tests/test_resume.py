@@ -2,7 +2,7 @@
 bit on the CPU (weights, optimiser moments, learning rate, every logged loss), on each pixel layout and with LoRA.
 
 transformers 5's Trainer reads a checkpoint back without the key conversion `save_pretrained` reverted, so on most
-families it restores almost nothing (shown below with TRL's own GRPOTrainer); `vepo_trl.checkpoint` restores the rest
+families it restores almost nothing (shown below with TRL's own GRPOTrainer); `vepo_trl.trl_compat.checkpoint` restores the rest
 and switches itself off where the Trainer's load finds every key."""
 
 from pathlib import Path
@@ -16,21 +16,15 @@ from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from vepo_trl import VEPOConfig, VEPOTrainer
-from vepo_trl.checkpoint import CheckpointRestoreError
+from vepo_trl.builtin.tiny_models import TINY_FAMILIES
 from vepo_trl.data import synthetic_training_dataset
-from vepo_trl.testing import TINY_FAMILIES, save_tiny
+from vepo_trl.trl_compat.checkpoint import CheckpointRestoreError
 
 
 SAFE = "model.safetensors"
 # Every family: what transformers 5 saves differs from the model's own names on some (renamed keys, an MoE's fused
 # experts saved one expert at a time, a tied head left out), and the restore has to find each tensor
 FAMILIES = list(TINY_FAMILIES)
-
-
-@pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("resume-models")
-    return {name: str(save_tiny(name, root / name)) for name in FAMILIES}
 
 
 @pytest.fixture(scope="module")
@@ -92,10 +86,10 @@ def assert_same_run(straight, resumed):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_resume_equals_the_uninterrupted_run(model_dirs, dataset, tmp_path, family):
-    straight = train(model_dirs[family], dataset, tmp_path / "straight")
+def test_resume_equals_the_uninterrupted_run(tiny_dirs, dataset, tmp_path, family):
+    straight = train(tiny_dirs[family], dataset, tmp_path / "straight")
     resumed = train(
-        model_dirs[family], dataset, tmp_path / "resumed", resume=str(tmp_path / "straight" / "checkpoint-2")
+        tiny_dirs[family], dataset, tmp_path / "resumed", resume=str(tmp_path / "straight" / "checkpoint-2")
     )
     assert_same_run(straight, resumed)
     report = getattr(resumed, "checkpoint_restore", None)
@@ -115,14 +109,14 @@ def checkpoint_names(folder):
         return set(handle.keys())
 
 
-def test_resume_after_the_first_epoch_reads_the_rows_of_the_uninterrupted_run(model_dirs, dataset, tmp_path):
+def test_resume_after_the_first_epoch_reads_the_rows_of_the_uninterrupted_run(tiny_dirs, dataset, tmp_path):
     """Two prompts, one per step: checkpoint-2 ends the first epoch and steps 3 and 4 are the second. TRL's sampler
     drew epoch 0's order again on resume (step 3 then trained on step 1's prompt): equal now (`epoch_aware`)."""
     two = dataset.select(range(2))
-    straight = train(model_dirs["qwen2.5-vl"], two, tmp_path / "straight")
+    straight = train(tiny_dirs["qwen2.5-vl"], two, tmp_path / "straight")
     assert [entry["epoch"] for entry in straight.state.log_history if "loss" in entry] == [0.5, 1.0, 1.5, 2.0]
     resumed = train(
-        model_dirs["qwen2.5-vl"], two, tmp_path / "resumed", resume=str(tmp_path / "straight" / "checkpoint-2")
+        tiny_dirs["qwen2.5-vl"], two, tmp_path / "resumed", resume=str(tmp_path / "straight" / "checkpoint-2")
     )
     assert_same_run(straight, resumed)
 
@@ -133,7 +127,7 @@ def test_upstream_repeat_sampler_restarts_its_order_on_resume():
     sampler): `epoch_aware` then leaves the sampler alone and can go."""
     from trl.trainer.utils import RepeatSampler
 
-    from vepo_trl.checkpoint import epoch_aware
+    from vepo_trl.trl_compat.checkpoint import epoch_aware
 
     def sampler():
         return RepeatSampler(list(range(6)), mini_repeat_count=2, batch_size=3, repeat_count=1, seed=0)
@@ -161,21 +155,21 @@ def _tied(model):
     return len(state) - len({(t.data_ptr(), tuple(t.shape)) for t in state.values()})
 
 
-def test_resume_with_lora_equals_the_uninterrupted_run(model_dirs, dataset, tmp_path):
+def test_resume_with_lora_equals_the_uninterrupted_run(tiny_dirs, dataset, tmp_path):
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
-    straight = train(model_dirs["qwen2.5-vl"], dataset, tmp_path / "straight", peft_config=lora)
-    resumed = train(model_dirs["qwen2.5-vl"], dataset, tmp_path / "resumed",
+    straight = train(tiny_dirs["qwen2.5-vl"], dataset, tmp_path / "straight", peft_config=lora)
+    resumed = train(tiny_dirs["qwen2.5-vl"], dataset, tmp_path / "resumed",
                     resume=str(tmp_path / "straight" / "checkpoint-2"), peft_config=lora)  # fmt: skip
     assert_same_run(straight, resumed)
 
 
-def test_transformers_trainer_resume_leaves_the_weights_behind(model_dirs, dataset, tmp_path):
+def test_transformers_trainer_resume_leaves_the_weights_behind(tiny_dirs, dataset, tmp_path):
     """The upstream failure VEPOTrainer guards against, in TRL's own GRPOTrainer. When this fails, transformers loads
     the saved names itself: VEPOTrainer's restore then never runs (see the next test) and can be removed."""
-    straight = train(model_dirs["qwen2.5-vl"], dataset, tmp_path / "straight")
+    straight = train(tiny_dirs["qwen2.5-vl"], dataset, tmp_path / "straight")
     checkpoint = tmp_path / "straight" / "checkpoint-2"
     args = settings(tmp_path / "grpo", GRPOConfig, **{"max_steps": 4})
-    grpo = GRPOTrainer(model=model_dirs["qwen2.5-vl"], reward_funcs=reward, args=args, train_dataset=dataset)
+    grpo = GRPOTrainer(model=tiny_dirs["qwen2.5-vl"], reward_funcs=reward, args=args, train_dataset=dataset)
     base = {n: p.detach().clone() for n, p in grpo.model.named_parameters()}
     grpo._load_from_checkpoint(str(checkpoint))
     unchanged = [n for n, p in grpo.model.named_parameters() if torch.equal(p, base[n])]
@@ -183,8 +177,8 @@ def test_transformers_trainer_resume_leaves_the_weights_behind(model_dirs, datas
     assert len(unchanged) >= len(trained) - 2  # all but the head (and its tie) kept the base weights
 
 
-def test_restore_is_inert_when_the_trainer_finds_every_key(model_dirs, dataset, tmp_path):
-    trainer = VEPOTrainer(model=model_dirs["qwen2.5-vl"], reward_funcs=reward, args=settings(tmp_path / "out"),
+def test_restore_is_inert_when_the_trainer_finds_every_key(tiny_dirs, dataset, tmp_path):
+    trainer = VEPOTrainer(model=tiny_dirs["qwen2.5-vl"], reward_funcs=reward, args=settings(tmp_path / "out"),
                           train_dataset=dataset)  # fmt: skip
     state = {n: t.clone() + 1.0 for n, t in trainer.model.state_dict().items()}
     folder = tmp_path / "model-names"
@@ -197,9 +191,9 @@ def test_restore_is_inert_when_the_trainer_finds_every_key(model_dirs, dataset, 
             assert torch.equal(tensor, state[name]), name
 
 
-def test_a_checkpoint_of_another_model_is_refused_in_one_line(model_dirs, dataset, tmp_path):
-    train(model_dirs["gemma3"], dataset, tmp_path / "gemma")
-    trainer = VEPOTrainer(model=model_dirs["qwen2.5-vl"], reward_funcs=reward, args=settings(tmp_path / "out"),
+def test_a_checkpoint_of_another_model_is_refused_in_one_line(tiny_dirs, dataset, tmp_path):
+    train(tiny_dirs["gemma3"], dataset, tmp_path / "gemma")
+    trainer = VEPOTrainer(model=tiny_dirs["qwen2.5-vl"], reward_funcs=reward, args=settings(tmp_path / "out"),
                           train_dataset=dataset)  # fmt: skip
     with pytest.raises(CheckpointRestoreError) as error:
         trainer._load_from_checkpoint(str(tmp_path / "gemma" / "checkpoint-2"))

@@ -10,26 +10,7 @@ from peft import LoraConfig
 from vepo_trl import VEPOConfig, VEPOTrainer
 from vepo_trl.trainer import SELECTION_KEY
 
-from .test_trainer import clone_inputs, first_batch, length_reward, make_config, make_trainer
-
-
-def _mask_with_weights(trainer, inputs, state_dict=None, step=None):
-    """The mask the first-use path computes for `inputs` with the given weights and step (which seeds the noise);
-    default: the current ones."""
-    current, current_step = None, trainer.state.global_step
-    if step is not None:
-        trainer.state.global_step = step
-    if state_dict is not None:
-        current = copy.deepcopy(trainer.model.state_dict())
-        trainer.model.load_state_dict(state_dict)
-    batch = {k: v for k, v in clone_inputs(inputs).items() if k != SELECTION_KEY}
-    with torch.no_grad(), trainer.perturbed_pass.capture(trainer.model) as captured:
-        forward = trainer._forward(trainer.model, batch)
-    mask = trainer.selection_pipeline.select_at_first_use(trainer.model, batch, forward, captured)
-    if current is not None:
-        trainer.model.load_state_dict(current)
-    trainer.state.global_step = current_step
-    return mask
+from .support import clone_inputs, first_batch, length_reward, make_config, make_trainer, mask_with_weights
 
 
 def test_every_slice_is_scored_with_the_rollout_weights(tiny_model_dir, visual_dataset, tmp_path):
@@ -56,7 +37,7 @@ def test_every_slice_is_scored_with_the_rollout_weights(tiny_model_dir, visual_d
     compute_loss = trainer.compute_loss
 
     def recording_compute_loss(model, inputs, *args, **kwargs):
-        used.append((len(rollout_weights) - 1, clone_inputs(inputs), _mask_with_weights(trainer, inputs)))
+        used.append((len(rollout_weights) - 1, clone_inputs(inputs), mask_with_weights(trainer, inputs)))
         return compute_loss(model, inputs, *args, **kwargs)
 
     trainer._generate_and_score_completions = snapshot_and_generate
@@ -65,7 +46,7 @@ def test_every_slice_is_scored_with_the_rollout_weights(tiny_model_dir, visual_d
     assert len(rollout_weights) == 2 and len(used) == 8
     stale = 0
     for rollout, inputs, mask_at_use in used:
-        expected = _mask_with_weights(trainer, inputs, *rollout_weights[rollout])
+        expected = mask_with_weights(trainer, inputs, *rollout_weights[rollout])
         assert torch.equal(inputs[SELECTION_KEY], expected)
         stale += not torch.equal(mask_at_use, expected)
     # The test has teeth: weights at a slice's use would have given another mask for most later slices

@@ -18,8 +18,7 @@ from vepo_trl.insight.records import load_records, save_records
 from vepo_trl.run_folder import LOCK_FILE, hold_folder, is_our_card
 from vepo_trl.selection_pipeline import SAMPLES_FILE, SAMPLES_IN_PROGRESS
 
-from .test_trust import assert_one_error_line, run_cli
-from .test_whole_runs import snapshot
+from .support import assert_one_error_line, run_cli, snapshot
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -279,7 +278,7 @@ def test_eval_into_a_training_runs_folder_is_refused_and_its_report_kept(tmp_pat
 
 def test_a_lab_into_a_training_runs_folder_is_refused(tmp_path):
     from vepo_trl.errors import UsageError
-    from vepo_trl.lab.run import lab_settings, plan_lab_folder
+    from vepo_trl.lab.experiment import lab_settings, plan_lab_folder
     from vepo_trl.run_folder import write_record
 
     write_record(tmp_path, {"selection_strategy": "vepo"})

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from vepo_trl.testing import DEFAULT_FAMILY, layout_signature, one_per_layout
+from vepo_trl.builtin.tiny_models import DEFAULT_FAMILY, layout_signature, one_per_layout
 
-from .test_distributed import free_port
+from .support import free_port
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,7 +98,7 @@ def test_alignment_is_installed_only_when_weights_are_sharded(tiny_model_dir, vi
     model.model.visual.requires_grad_(False)
     assert not gradients_reduce_by_bucket(trainer(deepspeed_stage=2), model)
     # DDP on the CPU: no hook, no all-reduce per forward
-    from .test_trainer import make_trainer
+    from .support import make_trainer
 
     vepo = make_trainer(tiny_model_dir, visual_dataset, tmp_path)
     assert vepo.vision_alignment == [None]
@@ -184,7 +184,7 @@ def test_sharded_upstream_fsdp2_trains_a_vlm_head_on_each_process_own_data(tmp_p
     assert name == "lm_head.weight" and difference > 1e-2
 
 
-# One family per arrangement of `pixel_values` beside the patch rows tested above (`testing.one_per_layout` by the
+# One family per arrangement of `pixel_values` beside the patch rows tested above (`tiny_models.one_per_layout` by the
 # layout class, pixel_values' rank, `image_sizes` and tiles counted per prompt: whole images, images padded with
 # their sizes, per-row tiles, any-res crops, per-prompt tiles, padded patch rows), among the families that take
 # text-only rows. Alike in these, families take the same sharded paths; Gemma 3 and LLaVA-NeXT ran too when picked
@@ -194,7 +194,7 @@ def _arrangement(signature):
 
 def _takes_the_ranks_data(name):
     """The family trains on the processes' data (text-only rows, prompts of one and two images) at all."""
-    from vepo_trl.testing import takes
+    from vepo_trl.builtin.tiny_models import takes
 
     from .distributed.trainer_ranks import dataset
 
@@ -223,7 +223,7 @@ LAYOUT_FAMILIES = [
 def test_sharded_fsdp2_on_every_pixel_layout_ends_on_the_one_process_weights(tmp_path, family):
     """FSDP2 through accelerate (the family's own blocks wrapped): the text-only process runs the family's vision
     tower on the dummy image wherever the image process runs it, and both end on the one-process run's weights."""
-    from vepo_trl.testing import save_tiny
+    from vepo_trl.builtin.tiny_models import save_tiny
 
     model_dir = str(save_tiny(family, tmp_path / family))
     reference_report, reference = run_trainer(tmp_path / "single", model_dir, "single")

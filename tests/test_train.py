@@ -3,7 +3,6 @@
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,8 @@ from tests.support import overridden
 from vepo_trl import VEPOTrainer
 from vepo_trl.cli import main as cli_main
 from vepo_trl.train import main, make_parser
+
+from .support import free_port
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -230,13 +231,6 @@ def test_demo_summary_states_exactly_what_ran(tmp_path, argv, present, absent):
         assert text not in summary, (text, summary)
 
 
-def free_port() -> int:
-    # A port of our own: another launch on this machine (a parallel job, a leftover rank) may hold the default one
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_accelerate_launch_two_cpu_processes(tmp_path):
     """The ddp recipe config with 2 CPU processes (gloo) trains a few VEPO steps to the end."""
@@ -288,8 +282,8 @@ def test_training_images_are_resized_once_at_the_models_own_multiple(tmp_path, f
     from PIL import Image
     from transformers import AutoProcessor
 
+    from vepo_trl.builtin.tiny_models import tiny_model_path
     from vepo_trl.local_models import image_factor_of
-    from vepo_trl.testing import tiny_model_path
     from vepo_trl.train import VEPOScriptArguments, load_dataset_split
 
     model = str(tiny_model_path(family=family))

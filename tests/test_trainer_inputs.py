@@ -13,7 +13,7 @@ from vepo_trl import VEPOConfig, VEPOTrainer
 from vepo_trl.data import load_vepo_dataset
 from vepo_trl.errors import UsageError
 
-from .test_trust import run_cli
+from .support import run_cli
 
 
 REPO = Path(__file__).resolve().parents[1]

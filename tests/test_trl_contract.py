@@ -16,10 +16,10 @@ from peft import LoraConfig
 from trl import GRPOConfig, GRPOTrainer
 
 from vepo_trl.selection_pipeline import SelectionPipeline
-from vepo_trl.vllm_prompts import UnexpandedVLLMPrompts
+from vepo_trl.trl_compat.vllm_prompts import UnexpandedVLLMPrompts
 
 from . import vllm_standin
-from .test_trainer import first_batch, length_reward, make_config, make_trainer
+from .support import first_batch, length_reward, make_config, make_trainer
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,8 @@ import pytest
 from PIL import Image
 
 import vepo_trl.train as train_module
-from vepo_trl.cli import main as cli_main
+
+from .support import assert_one_error_line, run_cli
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,26 +26,6 @@ SHORT = ["--synthetic_rows", "16", "--logging_steps", "1"]
 @pytest.fixture(autouse=True)
 def tiny_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path_factory.getbasetemp() / "vepo-cache"))
-
-
-def run_cli(argv, capsys):
-    """(exit code, stdout, stderr) of one in-process `vepo-trl` call."""
-    try:
-        cli_main(argv)
-        code = 0
-    except SystemExit as exit_info:
-        code = exit_info.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_one_error_line(code, err, command, *needles):
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"vepo-trl {command}: error: "), lines
-    assert "Traceback" not in err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 @pytest.fixture
@@ -120,7 +101,7 @@ def test_plan_run_decisions(tmp_path):
 
 
 def test_lab_refuses_a_folder_of_other_settings_before_loading(tmp_path, monkeypatch, capsys):
-    import vepo_trl.lab.run as lab_run
+    import vepo_trl.lab.experiment as lab_run
 
     monkeypatch.setattr(lab_run, "warm_start_path", lambda *a, **k: pytest.fail("warm start loaded"))
     folder = tmp_path / "lab"
@@ -298,7 +279,7 @@ def test_trainer_with_an_uncached_hub_id_offline_fails_fast(tmp_path, monkeypatc
     ],
 )
 def test_lab_values_are_one_line(argv, message, monkeypatch, capsys):
-    import vepo_trl.lab.run as lab_run
+    import vepo_trl.lab.experiment as lab_run
 
     monkeypatch.setattr(lab_run, "run_lab", lambda *a, **k: pytest.fail("the lab ran"))
     monkeypatch.setattr(lab_run, "run_sweep", lambda *a, **k: pytest.fail("the sweep ran"))
@@ -355,8 +336,9 @@ def test_synthetic_rows_default_is_the_training_default():
 
 
 def test_token_page_escapes_control_bytes():
-    from tests.test_insight_page import make_records
     from vepo_trl.insight.page import render_page
+
+    from .support import make_records
 
     records = make_records()
     records[0].tokens[0] = "a\x00b\x1b"

@@ -15,9 +15,10 @@ import pytest
 from datasets import Dataset
 from PIL import Image
 
-from vepo_trl import VEPOConfig, VEPOTrainer, vllm_prompts
+from vepo_trl import VEPOConfig, VEPOTrainer
+from vepo_trl.builtin.tiny_models import build_tiny_config, build_tiny_processor
 from vepo_trl.errors import UsageError
-from vepo_trl.testing import build_tiny_config, build_tiny_processor
+from vepo_trl.trl_compat import vllm_prompts
 
 
 TABLE = {

@@ -1,40 +1,25 @@
 """What vLLM generates from: with the stand-in applying vLLM's own prompt update to token prompts, the prompt vLLM
 ends with equals the trainer's `prompt_ids` (colocate and server, one and two images per prompt, two families), and
 TRL 1.16's own GRPOTrainer still hands colocate vLLM pre-expanded ids (huggingface/trl#6294): the upstream failure
-`vepo_trl.vllm_prompts` guards against. Also the paper's vLLM configuration: colocate, importance sampling on, sleep
+`vepo_trl.trl_compat.vllm_prompts` guards against. Also the paper's vLLM configuration: colocate, importance sampling on, sleep
 mode off, several rollouts, where a broken weight sync fails."""
 
 import pytest
 import torch
 from datasets import Dataset
-from PIL import Image
 from trl import GRPOTrainer
 
-from vepo_trl.testing import save_tiny
-
 from . import vllm_standin
-from .test_trainer import make_trainer
+from .support import image, make_trainer, trainer_prompts
 
 
 FAMILIES = ["qwen2.5-vl", "qwen3-vl"]
 
 
 @pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("vllm-families")
-    return {name: str(save_tiny(name, root / name)) for name in FAMILIES}
-
-
-@pytest.fixture(scope="module")
 def standin():
     with vllm_standin.installed():
         yield
-
-
-def image(width, height, seed):
-    generator = torch.Generator().manual_seed(seed)
-    pixels = torch.randint(0, 256, (height, width, 3), generator=generator, dtype=torch.uint8)
-    return Image.fromarray(pixels.numpy())
 
 
 def dataset(images_per_prompt: int, rows: int = 4) -> Dataset:
@@ -48,11 +33,6 @@ def dataset(images_per_prompt: int, rows: int = 4) -> Dataset:
             ],
         }
     )
-
-
-def trainer_prompts(output):
-    """The trainer's processor-expanded prompt ids, one list per completion (left padding removed)."""
-    return [ids[mask.bool()].tolist() for ids, mask in zip(output["prompt_ids"], output["prompt_mask"])]
 
 
 def record_rollouts(trainer):
@@ -70,10 +50,10 @@ def record_rollouts(trainer):
 
 @pytest.mark.parametrize("images_per_prompt", [1, 2])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_colocate_vllm_generates_from_the_trainers_prompt(standin, model_dirs, tmp_path, family, images_per_prompt):
+def test_colocate_vllm_generates_from_the_trainers_prompt(standin, tiny_dirs, tmp_path, family, images_per_prompt):
     import vllm
 
-    trainer = make_trainer(model_dirs[family], dataset(images_per_prompt), tmp_path, use_vllm=True,
+    trainer = make_trainer(tiny_dirs[family], dataset(images_per_prompt), tmp_path, use_vllm=True,
                            vllm_mode="colocate", max_steps=1, max_completion_length=8)  # fmt: skip
     llm = vllm.LLM.instances[-1]
     outputs = record_rollouts(trainer)
@@ -88,8 +68,8 @@ def test_colocate_vllm_generates_from_the_trainers_prompt(standin, model_dirs, t
 
 
 @pytest.mark.parametrize("images_per_prompt", [1, 2])
-def test_server_vllm_generates_from_the_trainers_prompt(standin, model_dirs, tmp_path, images_per_prompt):
-    model = model_dirs["qwen2.5-vl"]
+def test_server_vllm_generates_from_the_trainers_prompt(standin, tiny_dirs, tmp_path, images_per_prompt):
+    model = tiny_dirs["qwen2.5-vl"]
     with vllm_standin.server(model) as server:
         trainer = make_trainer(model, dataset(images_per_prompt), tmp_path, use_vllm=True, vllm_mode="server",
                                vllm_server_base_url=server.url, vllm_group_port=vllm_standin.free_port(), max_steps=1,
@@ -102,18 +82,18 @@ def test_server_vllm_generates_from_the_trainers_prompt(standin, model_dirs, tmp
     assert server.prompts_processed == per_prompt
 
 
-def test_trls_own_trainer_hands_colocate_vllm_pre_expanded_prompts(standin, model_dirs, tmp_path):
+def test_trls_own_trainer_hands_colocate_vllm_pre_expanded_prompts(standin, tiny_dirs, tmp_path):
     """The upstream bug, in TRL's GRPOTrainer: vLLM gets the processor-expanded ids and expands them again (the
     stand-in refuses what real vLLM would sample from silently). When this test fails, the installed TRL renders
     vLLM's prompts itself: `vllm_prompts.vllm_gets` then passes its ids through unchanged and can be removed."""
-    trainer = make_trainer(model_dirs["qwen2.5-vl"], dataset(1), tmp_path, GRPOTrainer, use_vllm=True,
+    trainer = make_trainer(tiny_dirs["qwen2.5-vl"], dataset(1), tmp_path, GRPOTrainer, use_vllm=True,
                            vllm_mode="colocate", max_steps=1, max_completion_length=8)  # fmt: skip
     with pytest.raises(ValueError, match="the prompt came pre-expanded"):
         trainer.train()
 
 
 def test_the_workaround_steps_aside_when_trl_sends_its_own_prompts():
-    from vepo_trl.vllm_prompts import vllm_gets
+    from vepo_trl.trl_compat.vllm_prompts import vllm_gets
 
     class Generation:
         def generate(self, prompts, images=None, num_generations=1, profiler=None):
@@ -128,13 +108,13 @@ def test_the_workaround_steps_aside_when_trl_sends_its_own_prompts():
     assert "generate" not in vars(generation)
 
 
-def test_paper_vllm_configuration_trains_on_synced_weights(standin, model_dirs, tmp_path):
+def test_paper_vllm_configuration_trains_on_synced_weights(standin, tiny_dirs, tmp_path):
     """The recipes' vLLM settings: colocate, importance-sampling correction on, sleep mode off, several rollouts. Each
     rollout samples with the weights of its step (log-prob gap ~0, IS ratio 1); with TRL's weight sync broken (no
     weights reach vLLM after the first load), the ratio leaves 1 and this fails."""
     import vllm
 
-    trainer = make_trainer(model_dirs["qwen2.5-vl"], dataset(1, rows=8), tmp_path, use_vllm=True,
+    trainer = make_trainer(tiny_dirs["qwen2.5-vl"], dataset(1, rows=8), tmp_path, use_vllm=True,
                            vllm_mode="colocate", vllm_importance_sampling_correction=True,
                            vllm_enable_sleep_mode=False, max_steps=3, learning_rate=0.5,
                            max_completion_length=8)  # fmt: skip
@@ -149,11 +129,11 @@ def test_paper_vllm_configuration_trains_on_synced_weights(standin, model_dirs, 
         torch.testing.assert_close(output["importance_sampling_ratio"], torch.ones_like(output["importance_sampling_ratio"]), rtol=0, atol=1e-4)  # fmt: skip
 
 
-def test_a_vllm_outside_trls_range_is_refused_in_one_line(monkeypatch, tmp_path, model_dirs):
+def test_a_vllm_outside_trls_range_is_refused_in_one_line(monkeypatch, tmp_path, tiny_dirs):
     import importlib.metadata
 
     from vepo_trl.errors import UsageError
-    from vepo_trl.vllm_prompts import check_vllm_version, trl_vllm_range
+    from vepo_trl.trl_compat.vllm_prompts import check_vllm_version, trl_vllm_range
 
     supported = trl_vllm_range()
     assert supported is not None and "0.31.0" in supported and "0.33.0" not in supported  # TRL 1.16: 0.22 - 0.31
@@ -170,7 +150,7 @@ def test_a_vllm_outside_trls_range_is_refused_in_one_line(monkeypatch, tmp_path,
     assert "vLLM 0.33.0 is installed" in str(error.value) and '".[vllm]"' in str(error.value)
     assert "\n" not in str(error.value)
     with pytest.raises(UsageError, match="vLLM 0.33.0"):  # the trainer refuses before loading the model
-        make_trainer(model_dirs["qwen2.5-vl"], dataset(1), tmp_path, use_vllm=True, vllm_mode="colocate")
+        make_trainer(tiny_dirs["qwen2.5-vl"], dataset(1), tmp_path, use_vllm=True, vllm_mode="colocate")
     installed("0.31.0")
     check_vllm_version()
 
@@ -181,7 +161,7 @@ def test_vllms_cpu_build_is_taken_as_vllm(monkeypatch):
     import importlib.metadata
 
     from vepo_trl.errors import UsageError
-    from vepo_trl.vllm_prompts import check_vllm_version, installed_vllm_version
+    from vepo_trl.trl_compat.vllm_prompts import check_vllm_version, installed_vllm_version
 
     real_version, real_distributions = importlib.metadata.version, importlib.metadata.packages_distributions
 
@@ -206,8 +186,8 @@ def test_vllms_cpu_build_is_taken_as_vllm(monkeypatch):
 def test_unexpanded_prompts_hold_one_placeholder_per_image(family):
     """What vLLM gets: the template's text tokenised alone, one image placeholder (Gemma 3: its begin-of-image token)
     per image, where the processor's ids hold the expanded image."""
-    from vepo_trl.testing import build_tiny
-    from vepo_trl.vllm_prompts import unexpanded_prompt_ids
+    from vepo_trl.builtin.tiny_models import build_tiny
+    from vepo_trl.trl_compat.vllm_prompts import unexpanded_prompt_ids
 
     _, processor = build_tiny(family)
     prompts = [[{"role": "user", "content": [{"type": "image"}] * n + [{"type": "text", "text": "How many?"}]}]

@@ -11,8 +11,7 @@ import torch
 from vepo_trl.trainer import SELECTION_KEY
 
 from . import vllm_standin
-from .test_rollout_scoring import _mask_with_weights
-from .test_trainer import clone_inputs, make_trainer, mixed_rows
+from .support import clone_inputs, make_trainer, mask_with_weights, mixed_rows
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +103,7 @@ def test_vepo_trains_on_vllm(vllm_server, tiny_model_dir, visual_dataset, tmp_pa
 
     # Each slice's mask, made at rollout time, is the mask the first-use path gives that slice with the rollout weights
     for rollout, inputs in uses:
-        expected = _mask_with_weights(trainer, inputs, *rollouts[rollout][0])
+        expected = mask_with_weights(trainer, inputs, *rollouts[rollout][0])
         assert torch.equal(inputs[SELECTION_KEY], expected)
 
     if mode == "colocate" and correction:  # sleep mode: level 2 drops the weights; TRL pushes them again each time

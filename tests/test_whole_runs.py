@@ -12,7 +12,7 @@ import pytest
 
 import vepo_trl.train as train_module
 
-from .test_trust import run_cli
+from .support import assert_one_error_line, run_cli, snapshot
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,18 +31,6 @@ def nothing_loads(monkeypatch):
 
     monkeypatch.setattr(train_module, "load_model", refuse)
     monkeypatch.setattr(train_module, "load_dataset_split", refuse)
-
-
-def one_line(code, err, *needles):
-    lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith("vepo-trl") and ": error: " in lines[0], lines
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-
-
-def snapshot(folder):
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 ACCEPTED_AND_IGNORED = [
@@ -82,7 +70,7 @@ def test_a_setting_that_would_be_ignored_is_refused_before_loading(tmp_path, cap
             "deepspeed", reason="without deepspeed the file is refused for that first"
         ) if False else None
     code, out, err = run_cli(["train", "--config", TINY_RECIPE, "--output_dir", str(folder), *argv], capsys)
-    one_line(code, err, needle)
+    assert_one_error_line(code, err, None, needle)
     assert snapshot(folder) == {"keep.txt": b"mine"}
 
 
@@ -98,7 +86,7 @@ def test_a_setting_that_would_be_ignored_is_refused_before_loading(tmp_path, cap
 )
 def test_options_a_command_does_not_take_are_refused(capsys, nothing_loads, argv, needle):
     code, out, err = run_cli(argv, capsys)
-    one_line(code, err, needle)
+    assert_one_error_line(code, err, None, needle)
 
 
 def test_a_recipes_unquoted_no_is_named_as_yaml(tmp_path, capsys, nothing_loads):
@@ -106,7 +94,7 @@ def test_a_recipes_unquoted_no_is_named_as_yaml(tmp_path, capsys, nothing_loads)
     lines = [line for line in Path(TINY_RECIPE).read_text().splitlines() if not line.startswith("save_strategy")]
     recipe.write_text("\n".join([*lines, "save_strategy: no"]) + "\n")  # YAML reads it as false (y12)
     code, out, err = run_cli(["train", "--config", str(recipe), "--output_dir", str(tmp_path / "o")], capsys)
-    one_line(code, err, "--save_strategy False", 'quote it, save_strategy: "no"')
+    assert_one_error_line(code, err, None, "--save_strategy False", 'quote it, save_strategy: "no"')
 
 
 def test_lora_targets_are_matched_against_the_model_before_it_loads(tmp_path, capsys, nothing_loads):
@@ -116,9 +104,9 @@ def test_lora_targets_are_matched_against_the_model_before_it_loads(tmp_path, ca
     capsys.readouterr()
     base = ["train", "--config", TINY_RECIPE, "--output_dir", str(tmp_path / "o"), "--use_peft", "true"]
     # (f07) the head VEPO reads: refused after loading, inside a 32-line traceback
-    one_line(*run_cli([*base, "--lora_target_modules", "lm_head"], capsys)[::2], "matches lm_head")
+    assert_one_error_line(*run_cli([*base, "--lora_target_modules", "lm_head"], capsys)[::2], None, "matches lm_head")
     # (f08) a name that matches nothing: peft's NoMatchingPeftModuleError after loading
-    one_line(*run_cli([*base, "--lora_target_modules", "no_such_proj"], capsys)[::2], "matches no module",
+    assert_one_error_line(*run_cli([*base, "--lora_target_modules", "no_such_proj"], capsys)[::2], None, "matches no module",
              "q_proj")  # fmt: skip
 
 
@@ -148,10 +136,10 @@ def test_a_text_only_model_is_refused_by_train_and_eval_before_loading(tmp_path,
     # (f42) "Model type should be one of ..." over 31 lines; (e27) the same from eval
     code, out, err = run_cli(["train", "--config", TINY_RECIPE, "--model_name_or_path", str(folder),
                               "--selection_strategy", "entropy", "--output_dir", str(tmp_path / "o")], capsys)  # fmt: skip
-    one_line(code, err, "a text-only 'qwen2' model", "VEPOTrainer from Python")
+    assert_one_error_line(code, err, None, "a text-only 'qwen2' model", "VEPOTrainer from Python")
     code, out, err = run_cli(["eval", "--model", str(folder), "--benchmarks", "synthetic", "--limit", "1",
                               "--output_dir", str(tmp_path / "e")], capsys)  # fmt: skip
-    one_line(code, err, "a text-only 'qwen2' model")
+    assert_one_error_line(code, err, None, "a text-only 'qwen2' model")
 
 
 def test_eval_inputs_are_checked_before_loading(tmp_path, capsys, tiny_model_dir):
@@ -160,15 +148,17 @@ def test_eval_inputs_are_checked_before_loading(tmp_path, capsys, tiny_model_dir
     (checkpoint / "config.json").write_text((Path(tiny_model_dir) / "config.json").read_text())
     bench = ["--benchmarks", "synthetic", "--limit", "1", "--output_dir", str(tmp_path / "e")]
     # (c06) a checkpoint folder without weights: OSError, 32 lines
-    one_line(*run_cli(["eval", "--model", str(checkpoint), *bench], capsys)[::2], "holds no weights")
+    assert_one_error_line(
+        *run_cli(["eval", "--model", str(checkpoint), *bench], capsys)[::2], None, "holds no weights"
+    )
     # (e28) a full model as the adapter: peft's ValueError, 57 lines
-    one_line(*run_cli(["eval", "--model", tiny_model_dir, "--adapter", tiny_model_dir, *bench], capsys)[::2],
+    assert_one_error_line(*run_cli(["eval", "--model", tiny_model_dir, "--adapter", tiny_model_dir, *bench], capsys)[::2], None,
              "not a PEFT adapter")  # fmt: skip
     # (e31) vLLM not installed: ModuleNotFoundError, 23 lines
     from vepo_trl.eval.generate import vllm_available
 
     if not vllm_available():
-        one_line(*run_cli(["eval", "--model", tiny_model_dir, "--backend", "vllm", *bench], capsys)[::2],
+        assert_one_error_line(*run_cli(["eval", "--model", tiny_model_dir, "--backend", "vllm", *bench], capsys)[::2], None,
                  "needs vLLM, which is not installed")  # fmt: skip
 
 
@@ -176,7 +166,7 @@ def test_environment_and_folders(tmp_path, capsys, monkeypatch, nothing_loads):
     # (r03) a dangling link as the output folder: FileExistsError, 22 lines
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
     code, out, err = run_cli(["train", "--config", TINY_RECIPE, "--output_dir", str(tmp_path / "dangling")], capsys)
-    one_line(code, err, "a link to", "which does not exist")
+    assert_one_error_line(code, err, None, "a link to", "which does not exist")
     # (v02) a quoted ~ in VEPO_TRL_CACHE made a folder named `~` in the working folder
     from vepo_trl.utils import cache_root
 
@@ -193,7 +183,7 @@ def test_a_damaged_cached_model_names_the_folder_to_delete(tmp_path, capsys, mon
     weights.write_bytes(weights.read_bytes()[:1000])  # (v03) a truncated copy: SafetensorError, 42 lines
     capsys.readouterr()
     code, out, err = run_cli(["demo", "--max_steps", "1", "--output_dir", str(tmp_path / "o")], capsys)
-    one_line(code, err, "is damaged", f"delete the folder {built}")
+    assert_one_error_line(code, err, None, "is damaged", f"delete the folder {built}")
 
 
 def test_an_unwritable_cache_is_named(tmp_path, monkeypatch):
@@ -223,7 +213,7 @@ def test_a_wrong_type_is_named_as_the_problem(kwargs, needle):
         VEPOConfig(output_dir="unused", use_cpu=True, bf16=False, report_to="none", **kwargs)
 
 
-def make_trainer(model, data, tmp_path, reward_funcs="accuracy", **config):
+def api_trainer(model, data, tmp_path, reward_funcs="accuracy", **config):
     from vepo_trl import VEPOConfig, VEPOTrainer
 
     args = VEPOConfig(output_dir=str(tmp_path / "api"), use_cpu=True, bf16=False, report_to="none",
@@ -237,7 +227,7 @@ def test_the_api_takes_what_a_python_user_passes(tiny_model_dir, visual_dataset,
     from vepo_trl.rewards import REWARD_FUNCS
 
     # (api09) a reward name where functions go: TRL took it for a Hub reward model and tried to download it
-    trainer = make_trainer(Path(tiny_model_dir), visual_dataset, tmp_path, reward_funcs="accuracy")
+    trainer = api_trainer(Path(tiny_model_dir), visual_dataset, tmp_path, reward_funcs="accuracy")
     assert trainer.reward_funcs == [REWARD_FUNCS["accuracy"]]
     # (api15) a pathlib.Path to a data file
     rows = tmp_path / "rows.jsonl"
@@ -247,15 +237,15 @@ def test_the_api_takes_what_a_python_user_passes(tiny_model_dir, visual_dataset,
     rows.write_text(json.dumps({"problem": "Colour?", "images": ["a.png"], "answer": "red"}) + "\n")
     assert len(load_vepo_dataset(rows, min_pixels=3136, max_pixels=50176)) == 1
     with pytest.raises(TypeError, match="model must be a Hub id or a local folder"):
-        make_trainer(42, visual_dataset, tmp_path)
+        api_trainer(42, visual_dataset, tmp_path)
 
 
 def test_prompts_with_image_parts_and_no_images_are_named(tiny_model_dir, visual_dataset, tmp_path):
     # (api05) "Number of images provided (0) does not match" at the first step, 64 lines
     with pytest.raises(ValueError, match="row 0's prompt has 1 image part.*no 'images'"):
-        make_trainer(tiny_model_dir, visual_dataset.remove_columns("images"), tmp_path, selection_strategy="entropy")
+        api_trainer(tiny_model_dir, visual_dataset.remove_columns("images"), tmp_path, selection_strategy="entropy")
     # A select()ed data set is read in its own order (its index mapping applied)
-    make_trainer(tiny_model_dir, visual_dataset.select([5, 2, 7, 1]), tmp_path, selection_strategy="entropy")
+    api_trainer(tiny_model_dir, visual_dataset.select([5, 2, 7, 1]), tmp_path, selection_strategy="entropy")
 
 
 def test_a_text_only_model_in_the_api_is_refused_in_one_line(tmp_path, visual_dataset):
@@ -265,9 +255,9 @@ def test_a_text_only_model_in_the_api_is_refused_in_one_line(tmp_path, visual_da
                                          num_attention_heads=2, num_key_value_heads=2))  # fmt: skip
     # (api06) AttributeError 'Qwen2Config' has no attribute 'image_token_id'; (api07) KeyError 'image', 59 lines
     with pytest.raises(ValueError, match="perturbs the model's images, but the model is a text-only 'qwen2'"):
-        make_trainer(model, visual_dataset, tmp_path)
+        api_trainer(model, visual_dataset, tmp_path)
     with pytest.raises(ValueError, match="'images' column, and the model is a text-only 'qwen2'"):
-        make_trainer(model, visual_dataset, tmp_path, selection_strategy="entropy")
+        api_trainer(model, visual_dataset, tmp_path, selection_strategy="entropy")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -386,14 +376,14 @@ def test_a_disk_that_fills_while_saving_removes_the_partial_checkpoint_and_resum
 
 def test_an_unusable_folder_name_is_one_line(tmp_path, capsys, nothing_loads):
     code, out, err = run_cli(["train", "--config", TINY_RECIPE, "--output_dir", str(tmp_path / ("x" * 300))], capsys)
-    one_line(code, err, "not a usable folder name")
+    assert_one_error_line(code, err, None, "not a usable folder name")
 
 
 def test_torch_compile_on_the_cpu_is_refused(tmp_path, capsys, nothing_loads):
     # (f23) at step 0 after 3 minutes, and Ctrl-C did not stop it within 10 s
     code, out, err = run_cli(["train", "--config", TINY_RECIPE, "--output_dir", str(tmp_path / "o"),
                               "--torch_compile", "true"], capsys)  # fmt: skip
-    one_line(code, err, "--torch_compile true")
+    assert_one_error_line(code, err, None, "--torch_compile true")
 
 
 def test_a_recipe_with_yaml_anchors_trains_and_an_unknown_key_is_named(tmp_path, capsys, nothing_loads):
@@ -405,7 +395,7 @@ def test_a_recipe_with_yaml_anchors_trains_and_an_unknown_key_is_named(tmp_path,
         run_cli(["train", "--config", str(recipe), "--output_dir", str(tmp_path / "o")], capsys)
     recipe.write_text(head.replace("x-base", "base") + Path(TINY_RECIPE).read_text().replace("max_steps: 60", ""))
     code, out, err = run_cli(["train", "--config", str(recipe), "--output_dir", str(tmp_path / "o")], capsys)
-    one_line(code, err, "'base' is not an option", "name it x-base")
+    assert_one_error_line(code, err, None, "'base' is not an option", "name it x-base")
 
 
 def long_prompt_data(folder: Path, characters: int) -> Path:
@@ -429,7 +419,7 @@ def test_a_prompt_longer_than_the_context_is_refused_before_the_model_loads(tmp_
     capsys.readouterr()
     code, out, err = run_cli(["train", "--config", TINY_RECIPE, "--dataset_name", str(data),
                               "--output_dir", str(tmp_path / "o")], capsys)  # fmt: skip
-    one_line(code, err, "row 0's prompt is at least", "exceeds the model's context of 4,096")
+    assert_one_error_line(code, err, None, "row 0's prompt is at least", "exceeds the model's context of 4,096")
 
 
 def test_a_first_step_that_plainly_cannot_fit_is_refused(tmp_path, capsys, monkeypatch):
@@ -440,7 +430,7 @@ def test_a_first_step_that_plainly_cannot_fit_is_refused(tmp_path, capsys, monke
     data = long_prompt_data(tmp_path / "data", 2_000)
     code, out, err = run_cli(["train", "--config", TINY_RECIPE, "--dataset_name", str(data),
                               "--output_dir", str(tmp_path / "o"), "--attn_implementation", "eager"], capsys)  # fmt: skip
-    one_line(code, err, "the first step needs at least", "a 64 MiB machine has 0.1 GiB")
+    assert_one_error_line(code, err, None, "the first step needs at least", "a 64 MiB machine has 0.1 GiB")
     # The same data fits the real machine: through every check, to the model
     monkeypatch.undo()
     monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path / "cache"))
@@ -493,4 +483,4 @@ def test_the_first_run_on_a_fresh_cache_still_fails_in_one_line(tmp_path, capsys
     (tmp_path / "rows.jsonl").write_text(json.dumps({"problem": "<image>x", "answer": "3", "images": ["gone.png"]}))
     code, out, err = run_cli(["train", "--config", TINY_RECIPE, "--dataset_name", str(tmp_path / "rows.jsonl"),
                               "--output_dir", str(tmp_path / "o")], capsys)  # fmt: skip
-    one_line(code, err, "unreadable image")
+    assert_one_error_line(code, err, None, "unreadable image")

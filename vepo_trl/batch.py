@@ -8,7 +8,6 @@ here runs a model.
 from __future__ import annotations
 
 import inspect
-from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -127,62 +126,6 @@ def take_rows(inputs: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
     return out
 
 
-def image_safe_forward(forward):
-    """GRPO's log-prob forward (`forward`, bound), safe for chunks without an image.
-
-    TRL 1.16 cuts a batch into chunks of `batch_size` rows and slices the image tensors per chunk; a chunk of
-    text-only rows gets an empty `pixel_values` and the model fails (`torch.cat(): expected a non-empty list of
-    Tensors`). With mixed data that comes at once under gradient accumulation or `steps_per_generation` > 1. Where a
-    chunk would hold no image, the chunks are cut here (`take_rows`: a text-only chunk takes no pixel inputs, as a
-    text-only batch) and each goes through TRL's forward whole; otherwise TRL's own call runs unchanged."""
-
-    def run(model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
-            compute_aux_loss=False, **multimodal):  # fmt: skip
-        flags = {"compute_entropy": compute_entropy, "compute_aux_loss": compute_aux_loss}
-        num_images = multimodal.get("num_images")
-        rows = input_ids.size(0)
-        multimodal = mark_per_row_pixels(multimodal, rows)
-        size = batch_size or rows
-        starts = range(0, rows, size)
-        if (
-            multimodal.get("pixel_values") is None
-            or num_images is None
-            or all(sum(num_images[start : start + size]) > 0 for start in starts)
-        ):
-            return forward(model, input_ids, attention_mask, logits_to_keep, batch_size, **flags, **multimodal)
-        logps, entropies, aux = [], [], []
-        for start in starts:
-            chunk = torch.arange(start, min(start + size, rows), device=input_ids.device)
-            chunk_inputs = {**dict.fromkeys(multimodal), **take_rows(multimodal, chunk)}
-            out = forward(
-                model, input_ids[chunk], attention_mask[chunk], logits_to_keep, None, **flags, **chunk_inputs
-            )
-            logps.append(out[0])
-            entropies.append(out[1])
-            aux.append(out[2])
-        return (
-            torch.cat(logps),
-            torch.cat(entropies) if compute_entropy else None,
-            torch.stack(aux).mean() if compute_aux_loss else None,
-        )
-
-    return run
-
-
-def causal_completion(token_type_ids: torch.Tensor | None, completion_length: int) -> torch.Tensor | None:
-    """A prefix-LM's `token_type_ids` `(B, P + T)` (0 = prefix, attended bidirectionally; 1 = suffix,
-    causal) with the completion as suffix. TRL 1.16 extends the prompt's token types with zeros, which puts the
-    completion in the bidirectional prefix: each completion token's log-prob then sees the tokens after it, while
-    `generate` sampled it causally (transformers extends with ones there)."""
-    if token_type_ids is None or completion_length == 0:
-        return token_type_ids
-    if bool((token_type_ids[:, -completion_length:] == 1).all()):
-        return token_type_ids  # already causal (a TRL that extends with ones)
-    fixed = token_type_ids.clone()
-    fixed[:, -completion_length:] = 1
-    return fixed
-
-
 def sequence(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     """Prompt and completion as one sequence: `input_ids` and `attention_mask`, `(B, P + T)` each."""
     input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
@@ -217,56 +160,3 @@ def row_images(examples: list[dict]) -> list[list] | None:
     else:
         return None
     return None if all(row == [] for row in images) else images
-
-
-def completion_hidden(captured: list[torch.Tensor], length: int) -> torch.Tensor:
-    """`(B, T, d)` hidden states that predict the `length` completion tokens from a forward's captured last states."""
-    # The hidden state at position i predicts token i + 1, so completion token j comes from the position before it
-    hidden = torch.cat(captured, dim=0)
-    return hidden[:, -length - 1 : -1]
-
-
-def has_active_dropout(model: torch.nn.Module) -> bool:
-    """Whether a forward in training mode is random: any dropout module with p > 0 (LoRA's `lora_dropout` included) or
-    an attention dropout in the config."""
-    for module in model.modules():
-        if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0:
-            return True
-    config = getattr(model, "config", None)
-    text_config = config.get_text_config() if config is not None and hasattr(config, "get_text_config") else config
-    return any(float(getattr(c, "attention_dropout", 0.0) or 0.0) > 0 for c in (config, text_config) if c is not None)
-
-
-@contextmanager
-def scoring_mode(model: torch.nn.Module):
-    """A scoring forward runs as in inference: dropout off, and no activation checkpointing (its no-grad pass has no
-    backward to save memory for). Every module's training flag is restored after."""
-    flags = [(module, module.training) for module in model.modules()]
-    model.eval()
-    try:
-        yield
-    finally:
-        for module, training in flags:
-            module.training = training
-
-
-@contextmanager
-def capture_final_hidden(backbone: torch.nn.Module, enabled: bool = True):
-    """Collect `backbone`'s last hidden states (after the final norm) during the forwards run in this block.
-
-    TRL's fused LM head reads the same tensor from the same module, so the clean distribution comes from the very
-    forward the loss (or TRL's rollout-time pass) uses. Detached: the loss graph is untouched."""
-    captured: list[torch.Tensor] = []
-    if not enabled:
-        yield captured
-        return
-
-    def hook(module, args, output):
-        hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
-        captured.append(hidden.detach())
-
-    handle = backbone.register_forward_hook(hook)
-    try:
-        yield captured
-    finally:
-        handle.remove()

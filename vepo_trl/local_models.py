@@ -1,8 +1,8 @@
 """Model names that stand for models built on this machine instead of downloaded: one place for every command.
 
-- `tiny-qwen2.5-vl`: the tiny random Qwen2.5-VL of `vepo_trl.testing` (the CPU demo and tests), built once and cached;
-  `tiny-<family>` the same for every family of `vepo_trl.testing.TINY_FAMILIES` (`tiny-<family>` for each).
-- `lab-warm-start`: the lab's SFT'd small Qwen2.5-VL (`vepo_trl.lab.warm_start`), built on first use and cached.
+- `tiny-qwen2.5-vl`: the tiny random Qwen2.5-VL of `vepo_trl.builtin.tiny_models` (the CPU demo and tests), built once and cached;
+  `tiny-<family>` the same for every family of `vepo_trl.builtin.tiny_models.TINY_FAMILIES` (`tiny-<family>` for each).
+- `lab-warm-start`: the lab's SFT'd small Qwen2.5-VL (`vepo_trl.builtin.warm_start`), built on first use and cached.
 
 A folder of the same name in the working directory wins: the name then means that folder, as for any local path.
 """
@@ -172,7 +172,7 @@ def image_factor_of(name: str | None, revision: str | None = None) -> int | None
 
 def tiny_model_names() -> list[str]:
     """`tiny-<family>` for every family with a tiny offline model (`tiny-qwen2.5-vl` first)."""
-    from .testing import TINY_FAMILIES
+    from .builtin.tiny_models import TINY_FAMILIES
 
     return [TINY_MODEL, *(f"tiny-{family}" for family in TINY_FAMILIES if f"tiny-{family}" != TINY_MODEL)]
 
@@ -252,7 +252,7 @@ def resolve_model_name(name: str) -> str:
     if name.startswith("tiny-") and not os.path.isdir(name):
         from accelerate import PartialState
 
-        from .testing import TINY_FAMILIES, tiny_model_path
+        from .builtin.tiny_models import TINY_FAMILIES, tiny_model_path
 
         family = name.removeprefix("tiny-")
         if family in TINY_FAMILIES:
@@ -263,7 +263,7 @@ def resolve_model_name(name: str) -> str:
             _check_cached_weights(path)
             return str(path)
     if name == LAB_MODEL and not os.path.isdir(name):
-        from .lab.warm_start import WarmStartConfig, warm_start_path
+        from .builtin.warm_start import WarmStartConfig, warm_start_path
 
         # The first lab task's (one square's colour): the `lab` data set's, built on first use (minutes), then
         # cached; rank 0 builds

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
+from transformers.utils.constants import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
 
 from .utils import stable_seed
 
@@ -53,17 +54,16 @@ __all__ = [
     "RELEASE_NUM_GENERATIONS",
 ]
 
-# OpenAI CLIP statistics, the defaults of `Qwen2VLImageProcessor`
-_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+# OpenAI CLIP statistics (transformers' own constants), the defaults of `Qwen2VLImageProcessor`
+CLIP_MEAN, CLIP_STD = tuple(OPENAI_CLIP_MEAN), tuple(OPENAI_CLIP_STD)
 
 
 @dataclass(frozen=True)
 class PixelLayout:
     """How a processor turned images into `pixel_values` rows: normalisation and patch geometry."""
 
-    image_mean: tuple[float, ...] = _CLIP_MEAN
-    image_std: tuple[float, ...] = _CLIP_STD
+    image_mean: tuple[float, ...] = CLIP_MEAN
+    image_std: tuple[float, ...] = CLIP_STD
     patch_size: int = 14
     temporal_patch_size: int = 2
     merge_size: int = 2

@@ -15,8 +15,9 @@ from typing import Any
 import torch
 from accelerate.utils import is_peft_model
 
-from .batch import MODEL_INPUT_KEYS, capture_final_hidden, completion_hidden, scoring_mode, sequence, take_rows
+from .batch import MODEL_INPUT_KEYS, sequence, take_rows
 from .families import pixel_layout
+from .model_hooks import capture_final_hidden, completion_hidden, scoring_mode
 from .perturb import ImageLayout, PixelLayout, perturb_pixel_values
 from .prompt_cache import (
     cache_blocker,
@@ -93,7 +94,7 @@ class PerturbedPass:
         return self.base_model(model).get_output_embeddings()
 
     def capture(self, model, enabled: bool = True):
-        """`batch.capture_final_hidden` on the model's backbone (the module TRL's fused LM head reads)."""
+        """`model_hooks.capture_final_hidden` on the model's backbone (the module TRL's fused LM head reads)."""
         return capture_final_hidden(self.base_model(model).base_model, enabled)
 
     def text_config(self):

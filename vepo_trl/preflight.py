@@ -360,7 +360,7 @@ def check_arguments(script_args, training_args, model_args, given=()) -> None:
     _check_values(script_args, training_args, model_args)
     check_nothing_ignored(script_args, training_args, model_args, given)
     if training_args.use_vllm:
-        from .vllm_prompts import check_vllm_version
+        from .trl_compat.vllm_prompts import check_vllm_version
 
         check_vllm_version()
     for field_name in ("dataset_name", "eval_dataset_name"):

@@ -17,10 +17,6 @@ from .scoring import get_strategy
 from .utils import count
 
 
-# The files a report writes next to the saved model
-REPORT_FILES = ("summary.md", "metrics.jsonl")
-
-
 def method_name(strategy: str) -> str:
     """The training method in words: "VEPO" only for the paper's strategy."""
     if strategy == "vepo":

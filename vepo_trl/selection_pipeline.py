@@ -21,8 +21,9 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from .batch import completion_hidden, has_image, loss_mask, multimodal_inputs, rows_with_image, scoring_mode, sequence
+from .batch import has_image, loss_mask, multimodal_inputs, rows_with_image, sequence
 from .batch import take_rows as _take_rows
+from .model_hooks import completion_hidden, scoring_mode
 from .perturbed_pass import PerturbedPass
 from .scoring import (
     CONSTANT_NORMALISED_LOSSES,

@@ -164,8 +164,8 @@ def load_dataset_split(
             script_args.synthetic_rows, seed=seed + offset, **pixel_bounds(script_args, SYNTHETIC_DATASET)
         )
     elif name == LAB_DATASET:
-        from .lab.tasks import make_rl_dataset
-        from .lab.warm_start import WarmStartConfig
+        from .builtin.lab_tasks import make_rl_dataset
+        from .builtin.warm_start import WarmStartConfig
 
         # The warm start's SFT rows use seed 0 and its held-out rows 10_000 + seed: these are neither
         offset = 1000 if split == script_args.dataset_train_split else 2000
@@ -350,8 +350,8 @@ def _run(script_args, training_args, model_args, *, quiet: bool) -> VEPOTrainer 
 def save_whole(trainer, output_dir: str) -> None:
     """The run's state and model into `output_dir`; a write that fails part-way (a full disk) leaves no half-written
     weight file behind and ends the run with one line naming the last complete checkpoint."""
-    from vepo_trl.checkpoint import is_write_failure, save_failure
     from vepo_trl.local_models import WEIGHT_FILES
+    from vepo_trl.trl_compat.checkpoint import is_write_failure, save_failure
 
     before = {path: path.stat().st_mtime_ns for path in Path(output_dir).glob("*") if path.is_file()}
     try:

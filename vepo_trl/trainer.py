@@ -26,28 +26,31 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
-from .batch import (
-    causal_completion,
-    has_active_dropout,
-    image_safe_forward,
-    loss_mask,
-    mark_per_row_pixels,
-    row_images,
-)
-from .checkpoint import RestoresCheckpointWeights, SavesWholeCheckpoints
+from .batch import loss_mask, mark_per_row_pixels, row_images
 from .config import VEPOConfig
 from .families import check_family_inputs, family_of
 from .local_models import resolve_model_name
 from .model_card import build_model_card
+from .model_hooks import has_active_dropout
 from .perturb import annealed_noise_step, get_perturbation
 from .perturbed_pass import PerturbedPass, check_lm_head, check_vision_support
-from .prompt_padding import UnpaddedPromptIds
 from .run_folder import foreign_card
 from .scoring import TOKEN_COUNT_NORMALISED_LOSSES, get_strategy
 from .selection_pipeline import COUNT_SCALE_KEY, SELECTION_KEY, SelectionPipeline, SelectionSamplesFile
 from .sharding import maybe_align_vision_tower, maybe_unshard_fused_head
 from .trainer_inputs import check_text_only, checked_model, named_rewards_resolved, prepared_datasets
-from .vllm_prompts import UnexpandedVLLMPrompts, check_vllm, guard_vllm_rollouts, images_only_engine
+
+# TRL's contract in one place: every patch of TRL 1.16 behaviour the trainer uses (`trl_compat.PATCHES` says what
+# each answers and when it goes); the methods below are VEPO's own hooks
+from .trl_compat import (
+    RestoresCheckpointWeights,
+    SavesWholeCheckpoints,
+    TextRowsTakeEmptyImages,
+    UnexpandedVLLMPrompts,
+    UnpaddedPromptIds,
+)
+from .trl_compat.forward import causal_completion, image_safe_forward
+from .trl_compat.vllm_prompts import check_vllm, guard_vllm_rollouts, images_only_engine
 
 
 __all__ = ["COUNT_SCALE_KEY", "SELECTION_KEY", "VEPOTrainer"]
@@ -59,7 +62,12 @@ _PROCESSOR_ONLY_KEYS = ("batch_num_images", "labels")
 
 
 class VEPOTrainer(
-    SavesWholeCheckpoints, RestoresCheckpointWeights, UnexpandedVLLMPrompts, UnpaddedPromptIds, GRPOTrainer
+    SavesWholeCheckpoints,
+    RestoresCheckpointWeights,
+    UnexpandedVLLMPrompts,
+    UnpaddedPromptIds,
+    TextRowsTakeEmptyImages,
+    GRPOTrainer,
 ):
     """GRPO with VEPO's vision-entropy token selection ([`VEPOConfig`] holds the VEPO settings).
 
@@ -164,14 +172,6 @@ class VEPOTrainer(
     # ------------------------------------------------------------------------------------------------------------
     # GRPO hooks
     # ------------------------------------------------------------------------------------------------------------
-
-    def _generate(self, prompts):
-        *rest, images, tool_images = super()._generate(prompts)
-        # TRL 1.16 marks the text-only rows of a mixed batch with None, which the processor then rejects; an empty
-        # image list says the same and works. Generation (vLLM included) already ran, so only scoring sees the change.
-        if images is not None:
-            images = [row if row is not None else [] for row in images]
-        return (*rest, images, tool_images)
 
     def _generate_and_score_completions(self, inputs):
         # TRL gathers the images for its completions table only on processes that have some; processes that disagree

@@ -1,5 +1,5 @@
 """`vepo-trl lab`: its options and their texts (seeds, rules, learning rates) checked before torch loads, then the
-lab's runs (`vepo_trl.lab.run`)."""
+lab's runs (`vepo_trl.lab.experiment`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import argparse
 import dataclasses
 from dataclasses import dataclass
 
+from ..builtin.lab_tasks import DEFAULT_TASK, TASKS
 from ..errors import UsageError, fail
-from ..lab.tasks import DEFAULT_TASK, TASKS
 from ..options import option, parser_for
 from ..validation import FLAG, TEXT, above, at_least, number, path_rule, whole
 
@@ -103,7 +103,7 @@ def _rates(text: str, flag: str) -> list[float]:
 
 
 def _learning_rates(text: str) -> dict[str, float]:
-    from ..lab.run import parse_arm
+    from ..lab.experiment import parse_arm
 
     out = {}
     for part in _list(text):
@@ -137,7 +137,7 @@ def check_args(args: LabOptions) -> None:
 
 def _arms(text: str) -> tuple[str, ...]:
     """`--strategies` entries, checked against the strategy registry and the `name:k` form."""
-    from ..lab.run import parse_arm
+    from ..lab.experiment import parse_arm
     from ..scoring import SELECTION_STRATEGIES
 
     names = _list(text)
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None):
         seeds = _seeds(args.seeds) if args.seeds is not None else None
     except UsageError as error:
         fail(parser.prog, error)
-    from ..lab.run import (  # torch: only once arguments are good
+    from ..lab.experiment import (  # torch: only once arguments are good
         QUICK,
         QUICK_WARM_START,
         lab_settings,
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None):
     if args.build_warm_start:
         import json
 
-        from ..lab.warm_start import warm_start_path, warm_start_report
+        from ..builtin.warm_start import warm_start_path, warm_start_report
 
         path = warm_start_path(settings.warm_start)
         report = warm_start_report(path)

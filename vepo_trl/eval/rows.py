@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoModelForImageTextToText, AutoProcessor
 from trl.data_utils import prepare_multimodal_messages
 
 from ..rewards import get_reward_funcs
@@ -100,11 +99,3 @@ def evaluate(
         valid = [v for v in values if v is not None]
         scores[name] = sum(valid) / len(valid) if valid else float("nan")
     return EvaluationResult(scores=scores, records=records)
-
-
-def load_for_evaluation(model_name_or_path: str, dtype: str = "auto", device: str | None = None):
-    """Model and processor from a path or Hub id, on `device` (default: CUDA when available)."""
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = AutoModelForImageTextToText.from_pretrained(model_name_or_path, dtype=dtype).to(device).eval()
-    processor = AutoProcessor.from_pretrained(model_name_or_path)
-    return model, processor

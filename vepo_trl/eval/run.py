@@ -392,7 +392,7 @@ def _engine_or_fallback(args, backend: str, model_id: str) -> str:
     """vLLM where the installed one can start an engine for the model (`vllm_prompts.vllm_blocker_of`, read off its
     config before anything loads); else `--backend auto` falls back to transformers and `--backend vllm` is refused
     in one line."""
-    from ..vllm_prompts import vllm_blocker_of
+    from ..trl_compat.vllm_prompts import vllm_blocker_of
 
     reason = vllm_blocker_of(model_id) if backend == "vllm" else None
     if reason is None:

@@ -38,10 +38,6 @@ def _write(dataset: datasets.Dataset, path: Path) -> None:
     dataset.to_parquet(str(path))
 
 
-def _string(**names: object) -> datasets.Features:
-    return datasets.Features({name: value for name, value in names.items()})
-
-
 S = datasets.Value("string")
 
 

@@ -3,7 +3,8 @@
 A family is looked up from the model's `config.model_type` (the same key transformers' Auto classes use). Its module
 declares a `FAMILY` (`base.Family`): how the processor lays out `pixel_values` and the `perturb` layout (normalisation
 and the model's patch size) the perturbations work through, the inputs TRL 1.16 fails on for it, its reference
-checkpoint and its tiny model as data (`base.TinyRecipe`, built by `vepo_trl.testing`). A module declaring a `REFUSED`
+checkpoint (its tiny model is data in `vepo_trl.builtin.tiny_recipes`, built by `vepo_trl.builtin.tiny_models`). A
+module declaring a `REFUSED`
 (`base.Refused`) names a model type TRL trains whose images VEPO cannot perturb yet. Splitting a batch's multimodal
 inputs per response is TRL's own (`batch.take_rows`), so a family holds no splitting rule.
 
@@ -17,14 +18,13 @@ import importlib
 import pkgutil
 
 from ..perturb import ImageLayout, PixelLayout
-from .base import Family, RealProcessor, Refused, arrow_table, image_counts
+from .base import Family, Refused, arrow_table, image_counts
 
 
 __all__ = [
     "Family",
     "FAMILIES",
     "NOT_YET",
-    "REAL_PROCESSORS",
     "Refused",
     "blocker",
     "check_family_inputs",
@@ -37,24 +37,22 @@ __all__ = [
 ]
 
 
-def _discover() -> tuple[tuple[Family, ...], dict[str, Refused], dict[str, RealProcessor]]:
-    families, refused, real = [], {}, {}
+def _discover() -> tuple[tuple[Family, ...], dict[str, Refused]]:
+    families, refused = [], {}
     for module in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name):
         if module.name.startswith("_") or module.name == "base":
             continue
         loaded = importlib.import_module(f"{__name__}.{module.name}")
         if hasattr(loaded, "FAMILY"):
             families.append(loaded.FAMILY)
-            if hasattr(loaded, "REAL_PROCESSOR"):
-                real[loaded.FAMILY.name] = loaded.REAL_PROCESSOR
         if hasattr(loaded, "REFUSED"):
             refused[loaded.REFUSED.model_type] = loaded.REFUSED
     families.sort(key=lambda family: family.order)
-    return tuple(families), refused, {family.name: real[family.name] for family in families if family.name in real}
+    return tuple(families), refused
 
 
-# The families, the refused model types, and each family's reference checkpoint as its processor sees it
-FAMILIES, NOT_YET, REAL_PROCESSORS = _discover()
+# The families and the refused model types
+FAMILIES, NOT_YET = _discover()
 _BY_MODEL_TYPE = {model_type: family for family in FAMILIES for model_type in family.model_types}
 _BY_NAME = {family.name: family for family in FAMILIES}
 

@@ -2,7 +2,7 @@
 
 A family module (one per family in this package) holds a `Family`: the model types and classes it covers, how to read
 its `perturb` layout off its image processor, the inputs TRL 1.16 fails on for it (`check_inputs`), its reference
-checkpoint's normalisation, and its tiny model as a `TinyRecipe`, data that `vepo_trl.testing`'s one builder reads. A
+checkpoint's normalisation; its tiny model is data in `vepo_trl.builtin.tiny_recipes`. A
 model type TRL trains whose images VEPO cannot perturb yet is a `Refused`, with what blocks it. Nothing here names a
 family.
 """
@@ -10,10 +10,11 @@ family.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from ..perturb import ImageLayout, PixelLayout, PositionedPatchLayout
+from ..perturb import CLIP_MEAN as _CLIP_MEAN
+from ..perturb import CLIP_STD, ImageLayout, PixelLayout, PositionedPatchLayout
 
 
 __all__ = [
@@ -22,21 +23,15 @@ __all__ = [
     "HALF_STD",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
-    "Derived",
     "Family",
-    "OMIT",
-    "RealProcessor",
     "Refused",
-    "TinyRecipe",
-    "Tok",
     "image_count_row",
     "patch_rows_layout",
     "positioned_layout",
     "tiles_layout",
 ]
 
-CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]  # OpenAI CLIP's, transformers' OPENAI_CLIP_MEAN / _STD
-CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+CLIP_MEAN = list(_CLIP_MEAN)  # OpenAI CLIP's (transformers' constants), as the processors' configs list it
 HALF_STD = (0.5, 0.5, 0.5)  # SigLIP's and Qwen3-VL's, transformers' IMAGENET_STANDARD_MEAN / _STD
 IMAGENET_MEAN = [0.485, 0.456, 0.406]  # transformers' IMAGENET_DEFAULT_MEAN / _STD
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -72,69 +67,6 @@ def positioned_layout(image_processor, config) -> PositionedPatchLayout:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Tiny models as data
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Tok:
-    """A special token of the recipe, replaced by its id in the built tokenizer."""
-
-    token: str
-
-
-class _Omit:
-    def __repr__(self):
-        return "OMIT"
-
-
-OMIT = _Omit()  # a `Derived` value that leaves its argument out
-
-
-@dataclass(frozen=True)
-class Derived:
-    """A value computed from the build: `fn(build)`, where `build` has `config` (the `TinyModelConfig`: widths, seed,
-    image bounds), `head_dim` (the language model's) and `vocab` (the tokenizer's size)."""
-
-    fn: Callable[[Any], Any]
-
-
-@dataclass(frozen=True)
-class TinyRecipe:
-    """A tiny model of a family: the real transformers classes (named, imported at build time) and their arguments.
-
-    The language model's arguments start from the shared dimensions (`TinyModelConfig`'s hidden size, layers, heads,
-    initializer range and the tokenizer's vocabulary) and `text` adds to or replaces them; `vision` likewise from the
-    shared vision tower (`shared_vision=False`: `vision` alone). Anywhere in the arguments, `Tok` is a token's id and
-    `Derived` a value computed from the build. The tokenizer is a byte-level BPE trained on a built-in corpus with
-    `tokens` appended."""
-
-    model: str  # the model class, e.g. "Gemma3ForConditionalGeneration"
-    config: str  # its config class
-    processor: str  # its processor class
-    tokens: tuple[str, ...]  # the special tokens, in the real tokenizer's order
-    eos: str
-    pad: str
-    chat_template: str  # the template itself, or "trl:<name>" for one of trl.chat_template_utils
-    image_processor: tuple[str, dict]  # class name and arguments
-    bos: str | None = None
-    named_tokens: dict[str, str] = field(default_factory=dict)  # the tokenizer's extra_special_tokens
-    parts: dict[str, tuple[str, dict]] = field(default_factory=dict)  # other processor parts (video_processor, ...)
-    processor_args: dict = field(default_factory=dict)
-    image_processor_attrs: dict = field(default_factory=dict)  # set on the image processor after it is made
-    text: dict = field(default_factory=dict)
-    vision: dict = field(default_factory=dict)
-    shared_vision: bool = True
-    top: dict = field(default_factory=dict)  # the model config's other arguments
-    stop: tuple[str, ...] = ()  # generation: the tokens that end a completion (eos first)
-    suppress: tuple[str, ...] = ()  # generation: tokens a random model must not sample (image placeholders)
-    generation_bos: str | None = None
-    # Checks on the widths before anything is built (raise ValueError), and changes after the model is made
-    check: Callable[[Any], None] | None = None
-    finish: Callable[[Any, Any], None] | None = None  # (model, build)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
 # Families
 # ---------------------------------------------------------------------------------------------------------------------
 
@@ -153,7 +85,6 @@ class Family:
     model_classes: tuple[str, ...]
     pixel_values: str
     make_layout: Callable
-    tiny: TinyRecipe
     trl_failure: str | None = None
     recipes: tuple[str, ...] = ()
     trl_limitation: str | None = None
@@ -176,34 +107,6 @@ class Family:
     def tiny_model(self) -> str:
         """The local model name of its tiny model (`vepo_trl.local_models`)."""
         return f"tiny-{self.name}"
-
-
-@dataclass(frozen=True)
-class RealProcessor:
-    """A family's reference checkpoint as its processor and config see it (no weights): the image-processor class (a
-    `transformers` name) and the kwargs that rebuild its `preprocessor_config.json`; what the family's processor adds
-    on every call (`call`); the config class and the kwargs that give it the checkpoint's vision geometry. A family
-    module declares one as `REAL_PROCESSOR`, its source in a comment above it ("read": a public copy of the file,
-    named; "as X": another entry's file; "card": the model card and the family's known geometry; "class defaults": the
-    transformers class); tests/test_real_processors.py checks the perturbations on it at real image sizes."""
-
-    checkpoint: str
-    processor: str
-    kwargs: dict
-    config: str
-    config_kwargs: dict
-    call: dict = field(default_factory=dict)
-    # The processor takes images per prompt (nested lists) and lays `pixel_values` out one row per prompt
-    per_prompt: bool = False
-    # Which pixels are the image's own, the rest padding: "all", "pixel_mask" (`pixel_attention_mask`), "image_sizes"
-    # (each image's top-left `image_sizes`), "anyres" (each crop's box inside the letterbox, zero crops after) or
-    # "positions" (patch rows whose `image_position_ids` are not -1)
-    real: str = "all"
-    # It cuts an image into tiles: a white page has identical ones
-    tiles: bool = False
-    # The model reads every patch holding an image pixel, the last ones part padding (Idefics2's
-    # patch_attention_mask over a batch padded past the image): its patch grid covers the image rounded up
-    partial_patches: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,27 +1,7 @@
 """Gemma 4: padded patch rows `(n_images, max_patches, 3*16*16)` addressed by `image_position_ids` (-1 for padding);
 its image processor does not normalise."""
 
-from .base import Derived, Family, RealProcessor, TinyRecipe, Tok, positioned_layout
-
-
-SPECIAL_TOKENS = (
-    "<pad>",
-    "<eos>",
-    "<bos>",
-    "<|turn>",
-    "<turn|>",
-    "<|image>",
-    "<image|>",
-    "<|image|>",
-    "<|video|>",
-    "<|audio|>",
-    "<|audio>",
-    "<audio|>",
-    "<|channel>",
-    "<channel|>",
-    "<|think|>",
-)
-_VOCAB = Derived(lambda build: build.vocab)
+from .base import Family, positioned_layout
 
 
 def vllm_blocker(config) -> str | None:
@@ -54,80 +34,4 @@ FAMILY = Family(
     reference=("google/gemma-4-e2b-it", (1.0, 1.0, 1.0)),
     # 4-px patches pooled 3 x 3, at most 70 soft tokens (the smallest budget it takes): an image is resized to about
     # 100 px and padded to 630 patch rows (the real: 16-px patches, 280 soft tokens, 2,520 rows)
-    tiny=TinyRecipe(
-        model="Gemma4ForConditionalGeneration",
-        config="Gemma4Config",
-        processor="Gemma4Processor",
-        tokens=SPECIAL_TOKENS,
-        bos="<bos>",
-        eos="<turn|>",
-        pad="<pad>",
-        # Gemma4Processor reads the audio tokens too, audio or not (transformers 5.24)
-        named_tokens={
-            "boi_token": "<|image>",
-            "eoi_token": "<image|>",
-            "image_token": "<|image|>",
-            "audio_token": "<|audio|>",
-            "boa_token": "<|audio>",
-            "eoa_token": "<audio|>",
-        },
-        chat_template="trl:gemma4_chat_template",
-        image_processor=("Gemma4ImageProcessor", {"patch_size": 4, "max_soft_tokens": 70, "pooling_kernel_size": 3}),
-        parts={
-            "feature_extractor": ("Gemma4AudioFeatureExtractor", {}),
-            "video_processor": ("Gemma4VideoProcessor", {}),
-        },
-        processor_args={"image_seq_length": 70},
-        text={
-            "head_dim": Derived(lambda build: build.head_dim),
-            "sliding_window": 64,
-            "vocab_size_per_layer_input": _VOCAB,
-            "hidden_size_per_layer_input": 8,
-            "pad_token_id": Tok("<pad>"),
-            "eos_token_id": Tok("<turn|>"),
-            "bos_token_id": Tok("<bos>"),
-        },
-        vision={
-            "num_key_value_heads": 2,
-            "head_dim": 16,
-            "patch_size": 4,
-            "pooling_kernel_size": 3,
-            "position_embedding_size": 256,
-            # Not a field of transformers' class; the checkpoints' config.json sets it (the image processor's
-            # max_soft_tokens), and vLLM reads it
-            "default_output_length": 70,
-        },
-        top={
-            "audio_config": None,
-            "boi_token_id": Tok("<|image>"),
-            "eoi_token_id": Tok("<image|>"),
-            "image_token_id": Tok("<|image|>"),
-            "video_token_id": Tok("<|video|>"),
-            "boa_token_id": Tok("<|audio>"),
-            "eoa_token_index": Tok("<audio|>"),
-            "audio_token_id": Tok("<|audio|>"),
-        },
-        stop=("<turn|>", "<eos>"),
-        suppress=("<|image|>", "<|image>", "<image|>", "<|video|>", "<|audio|>"),
-    ),
-)
-
-
-# google/gemma-4-e2b-it (the checkpoint transformers' Gemma 4 docstrings name): Gemma4ImageProcessor's class
-# defaults in transformers (not read from the Hub): patch_size 16, max_soft_tokens 280, pooling 3, no
-# normalisation; Gemma4VisionConfig's patch_size 16 and pooling_kernel_size 3 (class defaults)
-REAL_PROCESSOR = RealProcessor(
-    "google/gemma-4-e2b-it",
-    "Gemma4ImageProcessor",
-    dict(
-        patch_size=16,
-        max_soft_tokens=280,
-        pooling_kernel_size=3,
-        do_normalize=False,
-        image_mean=[0.0, 0.0, 0.0],
-        image_std=[1.0, 1.0, 1.0],
-    ),
-    "Gemma4Config",
-    {"vision_config": {"patch_size": 16, "pooling_kernel_size": 3}},
-    real="positions",
 )

@@ -1,11 +1,7 @@
 """InternVL (the -hf checkpoints): tiles `(n_tiles, C, H, W)`, split per prompt by TRL's `num_tiles`."""
 
-from . import _qwen, llava_onevision
-from .base import IMAGENET_MEAN, IMAGENET_STD, Family, RealProcessor, TinyRecipe, Tok, tiles_layout
+from .base import IMAGENET_STD, Family, tiles_layout
 
-
-# Its chat template (Qwen2 turns; the processor expands each `<IMG_CONTEXT>` into the image's tiles' tokens)
-CHAT_TEMPLATE = llava_onevision.CHAT_TEMPLATE.replace("<image>", "<IMG_CONTEXT>")
 
 FAMILY = Family(
     "internvl",
@@ -19,64 +15,4 @@ FAMILY = Family(
     # 28 px tiles (2x2 patches of 14, pixel-shuffled to 1 token), 1 to 4 tiles plus a thumbnail per image (the real
     # InternVL3: 448 px tiles, 256 tokens, up to 12 tiles); ImageNet's normalisation, as InternVL3-8B-hf's
     # preprocessor_config.json
-    tiny=TinyRecipe(
-        model="InternVLForConditionalGeneration",
-        config="InternVLConfig",
-        processor="InternVLProcessor",
-        tokens=(*_qwen.QWEN_SPECIAL_TOKENS, "<img>", "</img>", "<IMG_CONTEXT>", "<video>"),
-        eos="<|im_end|>",
-        pad="<|endoftext|>",
-        named_tokens={
-            "start_image_token": "<img>",
-            "end_image_token": "</img>",
-            "context_image_token": "<IMG_CONTEXT>",
-            "video_token": "<video>",
-        },
-        chat_template=CHAT_TEMPLATE,
-        image_processor=(
-            "GotOcr2ImageProcessor",
-            {
-                "size": {"height": 28, "width": 28},
-                "crop_to_patches": True,
-                "min_patches": 1,
-                "max_patches": 4,
-                "image_mean": [0.485, 0.456, 0.406],
-                "image_std": [0.229, 0.224, 0.225],
-            },
-        ),
-        parts={"video_processor": ("InternVLVideoProcessor", {})},
-        processor_args={"image_seq_length": 1},
-        text={"model_type": "qwen2", "pad_token_id": Tok("<|endoftext|>"), "eos_token_id": Tok("<|im_end|>")},
-        vision={"image_size": [28, 28], "patch_size": [14, 14]},
-        top={
-            "image_token_id": Tok("<IMG_CONTEXT>"),
-            "image_seq_length": 1,
-            "downsample_ratio": 0.5,
-            "tie_word_embeddings": False,
-        },
-        stop=("<|im_end|>", "<|endoftext|>"),
-        suppress=("<IMG_CONTEXT>", "<img>", "</img>"),
-    ),
-)
-
-
-# OpenGVLab/InternVL3-8B-hf preprocessor_config.json: GotOcr2ImageProcessorFast, size 448x448, min_patches 1,
-# max_patches 12, ImageNet mean/std (card; a public spec of InternVL3.5-8B-HF's processor reads 448 px tiles, 1 to
-# 12 of them; vepo_trl/testing.py's tiny InternVL cites the stats). crop_to_patches is InternVLProcessor's
-# images_kwargs default (True), passed on each call as the processor does. config.json vision image_size
-# [448, 448], patch_size [14, 14]
-REAL_PROCESSOR = RealProcessor(
-    "OpenGVLab/InternVL3-8B-hf",
-    "GotOcr2ImageProcessor",
-    dict(
-        size={"height": 448, "width": 448},
-        min_patches=1,
-        max_patches=12,
-        image_mean=IMAGENET_MEAN,
-        image_std=list(IMAGENET_STD),
-    ),
-    "InternVLConfig",
-    {"vision_config": {"image_size": [448, 448], "patch_size": [14, 14]}},
-    call={"crop_to_patches": True},
-    tiles=True,
 )

@@ -2,16 +2,8 @@
 one size; a Pixtral one (mistral-community/pixtral-12b) pads them to the batch's largest and says each one's size in
 `image_sizes`."""
 
-from .base import CLIP_MEAN, CLIP_STD, Family, RealProcessor, TinyRecipe, Tok, tiles_layout
+from .base import CLIP_STD, Family, tiles_layout
 
-
-# LLaVA-1.5's chat template (Vicuna turns, `<image>` before the text), as llava-hf/llava-1.5-7b-hf's processor ships it
-CHAT_TEMPLATE = (
-    "{% for message in messages %}{% if message['role'] != 'system' %}{{ message['role'].upper() + ': '}}{% endif %}"
-    "{% for content in message['content'] | selectattr('type', 'equalto', 'image') %}{{ '<image>\n' }}{% endfor %}"
-    "{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}{{ content['text'] + ' '}}"
-    "{% endfor %}{% endfor %}{% if add_generation_prompt %}{{ 'ASSISTANT:' }}{% endif %}"
-)
 
 FAMILY = Family(
     "llava",
@@ -23,56 +15,4 @@ FAMILY = Family(
     reference=("llava-hf/llava-1.5-7b-hf", CLIP_STD),
     # CLIP at 56 px: resize the shortest edge, centre crop, 4x4 patches of 14 + CLS (dropped by the "default" feature
     # strategy): 16 tokens per image (the real LLaVA-1.5: 336 px, 24x24 patches, 576 tokens)
-    tiny=TinyRecipe(
-        model="LlavaForConditionalGeneration",
-        config="LlavaConfig",
-        processor="LlavaProcessor",
-        tokens=("<unk>", "<s>", "</s>", "<image>", "<pad>"),
-        bos="<s>",
-        eos="</s>",
-        pad="<pad>",
-        chat_template=CHAT_TEMPLATE,
-        image_processor=(
-            "CLIPImageProcessor",
-            {"size": {"shortest_edge": 56}, "crop_size": {"height": 56, "width": 56}},
-        ),
-        processor_args={
-            "patch_size": 14,
-            "vision_feature_select_strategy": "default",
-            "num_additional_image_tokens": 1,
-        },
-        text={
-            "model_type": "llama",
-            "pad_token_id": Tok("<pad>"),
-            "eos_token_id": Tok("</s>"),
-            "bos_token_id": Tok("<s>"),
-        },
-        vision={"model_type": "clip_vision_model", "image_size": 56, "patch_size": 14},
-        top={
-            "image_token_index": Tok("<image>"),
-            "vision_feature_select_strategy": "default",
-            "vision_feature_layer": -1,
-            "image_seq_length": 16,
-        },
-        stop=("</s>",),
-        suppress=("<image>",),
-    ),
-)
-
-
-# llava-hf/llava-1.5-7b-hf preprocessor_config.json: CLIPImageProcessor, shortest_edge 336, center crop 336x336,
-# CLIP mean/std, resample 3 (card, not read here; the class defaults are 224). config.json vision (CLIP
-# ViT-L/14-336) image_size 336, patch_size 14
-REAL_PROCESSOR = RealProcessor(
-    "llava-hf/llava-1.5-7b-hf",
-    "CLIPImageProcessor",
-    dict(
-        size={"shortest_edge": 336},
-        crop_size={"height": 336, "width": 336},
-        image_mean=CLIP_MEAN,
-        image_std=list(CLIP_STD),
-        resample=3,
-    ),
-    "LlavaConfig",
-    {"vision_config": {"model_type": "clip_vision_model", "image_size": 336, "patch_size": 14}},
 )

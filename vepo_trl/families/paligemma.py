@@ -1,17 +1,6 @@
 """PaliGemma: images `(n_images, C, H, W)` + `token_type_ids`, a prefix LM (image and prompt bidirectional)."""
 
-from .base import HALF_STD, Derived, Family, RealProcessor, TinyRecipe, Tok, image_count_row, tiles_layout
-
-
-# PaliGemma has no chat turns: its image tokens, then the prompt (the processor adds `<bos>` after the images and the
-# closing newline), as its processor expects; the template renders a conversation's images and text in that form
-CHAT_TEMPLATE = (
-    "{% for message in messages %}{% if message['content'] is not string %}{% for content in message['content'] %}"
-    "{% if content['type'] == 'image' %}<image>{% endif %}{% endfor %}{% endif %}{% endfor %}"
-    "{% for message in messages %}{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for content in message['content'] %}{% if content['type'] == 'text' %}{{ content['text'] }}{% endif %}"
-    "{% endfor %}{% endif %}{% endfor %}"
-)
+from .base import HALF_STD, Family, image_count_row, tiles_layout
 
 
 def check_inputs(processor, datasets, *, chat_template=None, use_vllm=False) -> None:
@@ -40,8 +29,6 @@ def check_inputs(processor, datasets, *, chat_template=None, use_vllm=False) -> 
             )
 
 
-_HIDDEN = Derived(lambda build: build.config.hidden_size)
-
 FAMILY = Family(
     "paligemma",
     order=120,
@@ -60,46 +47,4 @@ FAMILY = Family(
     ),
     check_inputs=check_inputs,
     # SigLIP at 56 px, 4x4 patches of 14 = 16 image tokens (the real PaliGemma: 224 px, 256 tokens), mean = std = 0.5
-    tiny=TinyRecipe(
-        model="PaliGemmaForConditionalGeneration",
-        config="PaliGemmaConfig",
-        processor="PaliGemmaProcessor",
-        tokens=("<pad>", "<eos>", "<bos>", "<unk>", "<image>"),
-        bos="<bos>",
-        eos="<eos>",
-        pad="<pad>",
-        named_tokens={"image_token": "<image>"},
-        chat_template=CHAT_TEMPLATE,
-        image_processor=("SiglipImageProcessor", {"size": {"height": 56, "width": 56}}),
-        image_processor_attrs={"image_seq_length": 16},
-        text={
-            "model_type": "gemma",
-            "head_dim": Derived(lambda build: build.head_dim),
-            "pad_token_id": Tok("<pad>"),
-            "eos_token_id": Tok("<eos>"),
-            "bos_token_id": Tok("<bos>"),
-        },
-        vision={"model_type": "siglip_vision_model", "image_size": 56, "patch_size": 14, "projection_dim": _HIDDEN},
-        top={
-            "image_token_index": Tok("<image>"),
-            "projection_dim": _HIDDEN,
-            "hidden_size": _HIDDEN,
-            "vocab_size": Derived(lambda build: build.vocab),
-            "tie_word_embeddings": False,
-        },
-        stop=("<eos>",),
-        suppress=("<image>",),
-    ),
-)
-
-
-# google/paligemma2-3b-pt-224 preprocessor_config.json (as google/paligemma-3b-pt-224's): SiglipImageProcessor,
-# size 224x224, mean/std 0.5, resample 3 (card, not read here). config.json vision (SigLIP) image_size 224,
-# patch_size 14
-REAL_PROCESSOR = RealProcessor(
-    "google/paligemma2-3b-pt-224",
-    "SiglipImageProcessor",
-    dict(size={"height": 224, "width": 224}, image_mean=list(HALF_STD), image_std=list(HALF_STD), resample=3),
-    "PaliGemmaConfig",
-    {"vision_config": {"model_type": "siglip_vision_model", "image_size": 224, "patch_size": 14}},
 )

@@ -1,18 +1,8 @@
 """SmolVLM (and Idefics3, its architecture): tiles `(B, n_tiles, C, H, W)` + `pixel_attention_mask`, zero tiles are
 padding."""
 
-from .base import HALF_STD, Family, RealProcessor, TinyRecipe, Tok, tiles_layout
+from .base import HALF_STD, Family, tiles_layout
 
-
-SPECIAL_TOKENS = (
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<end_of_utterance>",
-    "<fake_token_around_image>",
-    "<image>",
-    "<global-img>",
-    *(f"<row_{row}_col_{col}>" for row in range(1, 7) for col in range(1, 7)),
-)
 
 FAMILY = Family(
     "smolvlm",
@@ -25,54 +15,4 @@ FAMILY = Family(
     # Images resized to at most 64 px and split into 32x32 tiles plus the downscaled whole image, 8x8 patches, pixel
     # shuffle 2: 4 tokens per tile (the real SmolVLM2: 512 px tiles, patch 16, 64 tokens). Its processor spells
     # numbers with `num2words` (a dependency of the processor, not of VEPO)
-    tiny=TinyRecipe(
-        model="SmolVLMForConditionalGeneration",
-        config="SmolVLMConfig",
-        processor="SmolVLMProcessor",
-        tokens=SPECIAL_TOKENS,
-        bos="<|im_start|>",
-        eos="<end_of_utterance>",
-        pad="<|endoftext|>",
-        chat_template="trl:smolvlm_chat_template",
-        image_processor=(
-            "SmolVLMImageProcessor",
-            {"size": {"longest_edge": 64}, "max_image_size": {"longest_edge": 32}, "do_image_splitting": True},
-        ),
-        parts={"video_processor": ("SmolVLMVideoProcessor", {})},
-        processor_args={"image_seq_len": 4},
-        text={
-            "model_type": "llama",
-            "pad_token_id": Tok("<|endoftext|>"),
-            "eos_token_id": Tok("<end_of_utterance>"),
-            "bos_token_id": Tok("<|im_start|>"),
-        },
-        vision={"image_size": 32, "patch_size": 8},
-        top={"scale_factor": 2, "image_token_id": Tok("<image>"), "pad_token_id": Tok("<|endoftext|>")},
-        stop=("<end_of_utterance>",),
-        suppress=("<image>", "<fake_token_around_image>", "<global-img>"),
-    ),
-)
-
-
-# HuggingFaceTB/SmolVLM2-2.2B-Instruct preprocessor_config.json: SmolVLMImageProcessor, size longest_edge 1536
-# (the whole image, 4 x 384), max_image_size longest_edge 384 (the tiles), do_image_splitting true, mean/std 0.5,
-# resample 1 (Lanczos) (card; a public reader's fixture of SmolVLM's files has this 1536 / 384 pair with vision
-# image_size 384, patch 14; the class defaults are 4 x 364 / 364; the 256M / 500M checkpoints use 512 px tiles of
-# 16 px patches instead). config.json vision image_size 384, patch_size 14
-REAL_PROCESSOR = RealProcessor(
-    "HuggingFaceTB/SmolVLM2-2.2B-Instruct",
-    "SmolVLMImageProcessor",
-    dict(
-        size={"longest_edge": 1536},
-        max_image_size={"longest_edge": 384},
-        do_image_splitting=True,
-        image_mean=list(HALF_STD),
-        image_std=list(HALF_STD),
-        resample=1,
-    ),
-    "SmolVLMConfig",
-    {"vision_config": {"image_size": 384, "patch_size": 14}, "scale_factor": 3},
-    per_prompt=True,
-    real="pixel_mask",
-    tiles=True,
 )

@@ -16,7 +16,6 @@ from typing import Any
 
 import torch
 
-from ..batch import causal_completion
 from ..families import family_of, pixel_layout
 from ..perturb import PERTURBATIONS, perturb_pixel_values
 from ..scoring import (
@@ -28,6 +27,7 @@ from ..scoring import (
     select_tokens,
     token_signals,
 )
+from ..trl_compat.forward import causal_completion
 from ..utils import media_token_ids
 
 

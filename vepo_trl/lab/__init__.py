@@ -6,6 +6,7 @@
     vepo-trl lab --quick              two short runs, for CI (under 3 minutes on 2 cores)
     vepo-trl lab --build_warm_start   only build (or find) the cached warm start
 
-`tasks` renders the tasks, `warm_start` builds and caches the SFT'd model, `run` trains and measures, `results`
+`vepo_trl.builtin.lab_tasks` renders the tasks and `vepo_trl.builtin.warm_start` builds and caches the SFT'd model
+(below the trainer: the demo and `dataset_name lab` read them too); here `experiment` trains and measures, `results`
 writes the tables and the plot; the command's options are `vepo_trl.commands.lab`'s.
 """

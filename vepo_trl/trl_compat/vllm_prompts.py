@@ -20,7 +20,7 @@ import logging
 import re
 from collections.abc import Iterator
 
-from .utils import instance_override
+from ..utils import instance_override
 
 
 logger = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ def installed_vllm_version() -> str | None:
 def check_vllm_version() -> None:
     """With `use_vllm`: refuse, in one line, a vLLM outside the installed TRL's range (vLLM 0.33 changed the server's
     log-prob entries and TRL 1.16's parser fails on every image rollout in server mode)."""
-    from .errors import UsageError
+    from ..errors import UsageError
 
     installed = installed_vllm_version()
     if installed is None:
@@ -122,7 +122,7 @@ def vllm_blocker(config) -> str | None:
     (`Family.vllm_blocker`)."""
     import transformers
 
-    from .families import family_of
+    from ..families import family_of
 
     models = _vllm_models()
     architecture = (getattr(config, "architectures", None) or [None])[0]
@@ -173,7 +173,7 @@ def vllm_blocker_of(model) -> str | None:
 def check_vllm_can_load(model) -> None:
     """With `use_vllm` in colocate mode, before the model loads: refuse in one line a model the installed vLLM cannot
     start an engine for (`vllm_blocker_of`)."""
-    from .errors import UsageError
+    from ..errors import UsageError
 
     reason = vllm_blocker_of(model)
     if reason:

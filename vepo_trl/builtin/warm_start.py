@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
 
-from ..testing import QWEN2_5_VL_CHAT_TEMPLATE, TinyModelConfig, build_model, build_tokenizer
 from ..utils import cache_root, count
-from .tasks import DEFAULT_TASK, get_task, lab_corpus, make_rl_dataset, make_sft_dataset
+from .lab_tasks import DEFAULT_TASK, get_task, lab_corpus, make_rl_dataset, make_sft_dataset
+from .tiny_models import QWEN2_5_VL_CHAT_TEMPLATE, TinyModelConfig, build_model, build_tokenizer
 
 
 __all__ = ["WarmStartConfig", "build_lab_processor", "build_warm_start", "evaluate_accuracy", "warm_start_path"]
@@ -37,7 +37,7 @@ MARKER = "lab_warm_start.json"
 class WarmStartConfig:
     """Everything that decides the warm start; its hash names the cache folder."""
 
-    # The lab task (`vepo_trl.lab.tasks.TASKS`): its questions, SFT label noise and tokenizer corpus
+    # The lab task (`vepo_trl.builtin.lab_tasks.TASKS`): its questions, SFT label noise and tokenizer corpus
     task: str = DEFAULT_TASK
     # Model: about 0.9M parameters
     vocab_size: int = 512

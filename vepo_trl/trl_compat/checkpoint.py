@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 from safetensors import safe_open
 
-from .errors import RunFault, UsageError
+from ..errors import RunFault, UsageError
 
 
 __all__ = [

@@ -17,7 +17,7 @@ import contextlib
 import inspect
 from collections.abc import Iterator
 
-from .utils import instance_override
+from ..utils import instance_override
 
 
 # Per-token outputs of a processor, unpadded with the ids

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
+from ..builtin.lab_tasks import COLOURS, DEFAULT_TASK, MAX_COUNT, get_task, make_rl_dataset
+from ..builtin.warm_start import WarmStartConfig, evaluate_accuracy, heldout_dataset, warm_start_path
 from ..run_folder import LAB_RECORD  # noqa: F401  (the lab's record, by its name here)
 from ..utils import count
-from .tasks import COLOURS, DEFAULT_TASK, MAX_COUNT, get_task, make_rl_dataset
-from .warm_start import WarmStartConfig, evaluate_accuracy, heldout_dataset, warm_start_path
 
 
 __all__ = [

@@ -5,8 +5,8 @@ import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor, Qwen2_5_VLForConditionalGeneration
 from trl import GRPOConfig, GRPOTrainer
 
+from vepo_trl.builtin.tiny_models import QWEN_SPECIAL_TOKENS, build_tiny_qwen2_5_vl, save_tiny_qwen2_5_vl
 from vepo_trl.data import make_synthetic_row
-from vepo_trl.testing import QWEN_SPECIAL_TOKENS, build_tiny_qwen2_5_vl, save_tiny_qwen2_5_vl
 
 
 def _state(model):

@@ -2,7 +2,8 @@
 
 Everything here is the real thing at a small size: the family's own model, config and processor classes, a byte-level
 BPE tokenizer carrying the family's special tokens, and its chat template. What each family's tiny model is lives in
-its module (`vepo_trl.families.<family>`, a `TinyRecipe`); this module is the one builder that reads them. Nothing is
+`vepo_trl.builtin.tiny_recipes` (one `TinyRecipe` per family, beside its runtime adapter in `vepo_trl.families`);
+this module is the one builder that reads them. Nothing is
 downloaded: the tokenizer is trained on a small built-in corpus and the weights come from a seed, so two builds with
 the same seed are identical. Saved with `save_pretrained`, the folder loads with `from_pretrained(path)` exactly like
 a Hub id. The default family is the paper's, Qwen2.5-VL (`build_tiny_qwen2_5_vl`).
@@ -24,10 +25,11 @@ import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GenerationConfig, PreTrainedTokenizerFast
 
-from .families import FAMILIES, get_family
-from .families._qwen import QWEN2_5_VL_CHAT_TEMPLATE, QWEN_SPECIAL_TOKENS
-from .families.base import OMIT, Derived, TinyRecipe, Tok
-from .utils import cache_root
+from ..families import FAMILIES, get_family
+from ..utils import cache_root
+from .tiny_recipes import TINY_RECIPES
+from .tiny_recipes._qwen import QWEN2_5_VL_CHAT_TEMPLATE, QWEN_SPECIAL_TOKENS
+from .tiny_recipes.base import OMIT, Derived, TinyRecipe, Tok
 
 
 # Text the tokenizer's merges are learned from: the prompts, answers and reasoning format the demo and tests use
@@ -147,8 +149,9 @@ def _resolve(value, build: _Build):
     return value
 
 
-def _recipe(family: str) -> TinyRecipe:
-    return get_family(family).tiny
+def tiny_recipe(family: str) -> TinyRecipe:
+    """The tiny model of `family` (a name or alias the registry knows) as data."""
+    return TINY_RECIPES[get_family(family).name]
 
 
 def _config(config: TinyModelConfig | None, overrides: dict) -> TinyModelConfig:
@@ -171,7 +174,7 @@ def _made(part: tuple[str, dict], build: _Build):
 
 def build_tiny_processor(family: str = DEFAULT_FAMILY, config: TinyModelConfig | None = None, **overrides):
     """The real processor of `family` around a locally trained tokenizer with its special tokens, at the tiny sizes."""
-    recipe, config = _recipe(family), _config(config, overrides)
+    recipe, config = tiny_recipe(family), _config(config, overrides)
     template = _chat_template(recipe)
     tokenizer = build_tokenizer(
         config.vocab_size,
@@ -198,7 +201,7 @@ def build_tiny_processor(family: str = DEFAULT_FAMILY, config: TinyModelConfig |
 
 def build_tiny_config(family: str, processor, config: TinyModelConfig | None = None, **overrides):
     """The model config of `family`'s tiny model, matching `processor`'s vocabulary."""
-    recipe, config = _recipe(family), _config(config, overrides)
+    recipe, config = tiny_recipe(family), _config(config, overrides)
     build = _Build(config, processor.tokenizer, recipe.tokens)
     if recipe.check is not None:
         recipe.check(build)
@@ -233,7 +236,7 @@ def build_tiny_config(family: str, processor, config: TinyModelConfig | None = N
 
 def build_tiny_model(family: str, processor, config: TinyModelConfig | None = None, **overrides):
     """A randomly initialised model of `family` matching `processor`'s vocabulary, from a seed."""
-    recipe, config = _recipe(family), _config(config, overrides)
+    recipe, config = tiny_recipe(family), _config(config, overrides)
     build = _Build(config, processor.tokenizer, recipe.tokens)
     model_config = build_tiny_config(family, processor, config)
     # Initialise on a private generator state so the build neither depends on nor disturbs the caller's RNG
@@ -305,7 +308,7 @@ def layout_signature(family: str) -> LayoutSignature:
 
     from PIL import Image
 
-    from .families import pixel_layout
+    from ..families import pixel_layout
 
     processor = build_tiny_processor(family)
     layout = pixel_layout(_quiet_config(family, processor), processor.image_processor)
@@ -326,7 +329,7 @@ def layout_signature(family: str) -> LayoutSignature:
 
 def takes(family: str, dataset, use_vllm: bool = False) -> bool:
     """Whether `family` trains on `dataset` at all: its start-up checks (`Family.check_inputs`) let it through."""
-    from .families import check_family_inputs
+    from ..families import check_family_inputs
 
     processor = build_tiny_processor(family)
     try:

@@ -12,6 +12,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pytest
 import torch
 from PIL import Image
 from trl import GRPOConfig, GRPOTrainer
@@ -323,3 +324,10 @@ COMPLETIONS_PER_STEP = 128 * 12  # 128 prompts x 12 samples per optimiser step
 
 # from test_recipes.py
 RECIPES = REPO / "recipes"
+
+
+@pytest.fixture(autouse=True)
+def tiny_cache(tmp_path_factory, monkeypatch):
+    """`VEPO_TRL_CACHE` in the session's test folder (autouse where a module imports it): the tiny model is built
+    once per session there, never into the user's cache."""
+    monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path_factory.getbasetemp() / "vepo-cache"))

@@ -20,6 +20,8 @@ from vepo_trl.builtin.tiny_models import TINY_FAMILIES
 from vepo_trl.data import synthetic_training_dataset
 from vepo_trl.trl_compat.checkpoint import CheckpointRestoreError
 
+from .support import length_reward
+
 
 SAFE = "model.safetensors"
 # Every family: what transformers 5 saves differs from the model's own names on some (renamed keys, an MoE's fused
@@ -30,10 +32,6 @@ FAMILIES = list(TINY_FAMILIES)
 @pytest.fixture(scope="module")
 def dataset():
     return synthetic_training_dataset(16, seed=0)
-
-
-def reward(completions, **kwargs):
-    return [float(len(completion[0]["content"]) % 5) for completion in completions]
 
 
 def settings(output_dir, config_cls=VEPOConfig, **overrides):
@@ -59,7 +57,7 @@ def settings(output_dir, config_cls=VEPOConfig, **overrides):
 
 
 def train(model_dir, dataset, output_dir, resume=None, peft_config=None):
-    trainer = VEPOTrainer(model=model_dir, reward_funcs=reward, args=settings(output_dir), train_dataset=dataset,
+    trainer = VEPOTrainer(model=model_dir, reward_funcs=length_reward, args=settings(output_dir), train_dataset=dataset,
                           peft_config=peft_config)  # fmt: skip
     trainer.remove_callback(PrinterCallback)
     trainer.train(resume_from_checkpoint=resume)
@@ -169,7 +167,7 @@ def test_transformers_trainer_resume_leaves_the_weights_behind(tiny_dirs, datase
     straight = train(tiny_dirs["qwen2.5-vl"], dataset, tmp_path / "straight")
     checkpoint = tmp_path / "straight" / "checkpoint-2"
     args = settings(tmp_path / "grpo", GRPOConfig, **{"max_steps": 4})
-    grpo = GRPOTrainer(model=tiny_dirs["qwen2.5-vl"], reward_funcs=reward, args=args, train_dataset=dataset)
+    grpo = GRPOTrainer(model=tiny_dirs["qwen2.5-vl"], reward_funcs=length_reward, args=args, train_dataset=dataset)
     base = {n: p.detach().clone() for n, p in grpo.model.named_parameters()}
     grpo._load_from_checkpoint(str(checkpoint))
     unchanged = [n for n, p in grpo.model.named_parameters() if torch.equal(p, base[n])]
@@ -178,7 +176,7 @@ def test_transformers_trainer_resume_leaves_the_weights_behind(tiny_dirs, datase
 
 
 def test_restore_is_inert_when_the_trainer_finds_every_key(tiny_dirs, dataset, tmp_path):
-    trainer = VEPOTrainer(model=tiny_dirs["qwen2.5-vl"], reward_funcs=reward, args=settings(tmp_path / "out"),
+    trainer = VEPOTrainer(model=tiny_dirs["qwen2.5-vl"], reward_funcs=length_reward, args=settings(tmp_path / "out"),
                           train_dataset=dataset)  # fmt: skip
     state = {n: t.clone() + 1.0 for n, t in trainer.model.state_dict().items()}
     folder = tmp_path / "model-names"
@@ -193,7 +191,7 @@ def test_restore_is_inert_when_the_trainer_finds_every_key(tiny_dirs, dataset, t
 
 def test_a_checkpoint_of_another_model_is_refused_in_one_line(tiny_dirs, dataset, tmp_path):
     train(tiny_dirs["gemma3"], dataset, tmp_path / "gemma")
-    trainer = VEPOTrainer(model=tiny_dirs["qwen2.5-vl"], reward_funcs=reward, args=settings(tmp_path / "out"),
+    trainer = VEPOTrainer(model=tiny_dirs["qwen2.5-vl"], reward_funcs=length_reward, args=settings(tmp_path / "out"),
                           train_dataset=dataset)  # fmt: skip
     with pytest.raises(CheckpointRestoreError) as error:
         trainer._load_from_checkpoint(str(tmp_path / "gemma" / "checkpoint-2"))

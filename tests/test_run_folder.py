@@ -18,20 +18,17 @@ from vepo_trl.insight.records import load_records, save_records
 from vepo_trl.run_folder import LOCK_FILE, hold_folder, is_our_card
 from vepo_trl.selection_pipeline import SAMPLES_FILE, SAMPLES_IN_PROGRESS
 
-from .support import assert_one_error_line, run_cli, snapshot
+from .support import (
+    assert_one_error_line,
+    length_reward,
+    run_cli,
+    snapshot,
+    tiny_cache,  # noqa: F401  (autouse: the tests build into the session's cache)
+)
 
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_RECIPE = str(REPO / "recipes" / "tiny" / "config_vepo.yaml")
-
-
-@pytest.fixture(autouse=True)
-def tiny_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path_factory.getbasetemp() / "vepo-cache"))
-
-
-def reward(completions, **kwargs):
-    return [float(len(completion[0]["content"]) % 5) for completion in completions]
 
 
 def train(tiny_model_dir, output_dir, max_steps=4, resume=None):
@@ -39,7 +36,7 @@ def train(tiny_model_dir, output_dir, max_steps=4, resume=None):
                       max_completion_length=8, max_steps=max_steps, learning_rate=1e-2, logging_steps=1,
                       report_to="none", save_strategy="steps", save_steps=2, use_cpu=True, bf16=False, seed=0,
                       disable_tqdm=True, selection_samples_steps=2, selection_samples_count=2)  # fmt: skip
-    trainer = VEPOTrainer(model=tiny_model_dir, reward_funcs=reward, args=args,
+    trainer = VEPOTrainer(model=tiny_model_dir, reward_funcs=length_reward, args=args,
                           train_dataset=synthetic_training_dataset(16, seed=0))  # fmt: skip
     trainer.remove_callback(PrinterCallback)
     trainer.train(resume_from_checkpoint=resume)

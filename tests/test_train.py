@@ -16,19 +16,16 @@ from vepo_trl import VEPOTrainer
 from vepo_trl.cli import main as cli_main
 from vepo_trl.train import main, make_parser
 
-from .support import free_port
+from .support import (
+    free_port,
+    tiny_cache,  # noqa: F401  (autouse: the tests build into the session's cache)
+)
 
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_RECIPE = REPO / "recipes" / "tiny" / "config_vepo.yaml"
 # A short run of the tiny recipe: a few steps, few rows
 SHORT = ["--max_steps", "2", "--synthetic_rows", "16", "--logging_steps", "1"]
-
-
-@pytest.fixture(autouse=True)
-def tiny_cache(tmp_path_factory, monkeypatch):
-    # The tiny model is built once per session into a test folder, never into the user's cache
-    monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path_factory.getbasetemp() / "vepo-cache"))
 
 
 def parse(*args):

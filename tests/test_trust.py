@@ -14,18 +14,17 @@ from PIL import Image
 
 import vepo_trl.train as train_module
 
-from .support import assert_one_error_line, run_cli
+from .support import (
+    assert_one_error_line,
+    run_cli,
+    tiny_cache,  # noqa: F401  (autouse: the tests build into the session's cache)
+)
 
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_FILE = "vepo_run.json"
 TINY_RECIPE = REPO / "recipes" / "tiny" / "config_vepo.yaml"
 SHORT = ["--synthetic_rows", "16", "--logging_steps", "1"]
-
-
-@pytest.fixture(autouse=True)
-def tiny_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path_factory.getbasetemp() / "vepo-cache"))
 
 
 @pytest.fixture

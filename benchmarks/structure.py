@@ -67,23 +67,16 @@ def main() -> None:
     print(f"lines of the family modules: {family_lines}")
 
     # TRL's contract: the GRPOTrainer methods VEPOTrainer's bases replace, outside trl_compat/ and VEPO's own hooks
-    from trl import GRPOTrainer
-
     from vepo_trl import VEPOTrainer
+    from vepo_trl.trl_compat import VEPO_HOOKS, replaced_trl_methods
 
-    hooks = {"compute_loss", "_get_per_token_logps_and_entropies", "get_high_entropy_mask",
-             "_generate_and_score_completions", "create_model_card"}  # fmt: skip
     outside, inside = [], []
-    for cls in VEPOTrainer.__mro__:
-        if not cls.__module__.startswith("vepo_trl"):
-            continue
-        for name, value in vars(cls).items():
-            if callable(value) and not name.startswith("__") and hasattr(GRPOTrainer, name):
-                where = f"{cls.__module__}:{cls.__name__}.{name}"
-                if cls.__module__.startswith("vepo_trl.trl_compat"):
-                    inside.append(where)
-                elif not (cls is VEPOTrainer and name in hooks):
-                    outside.append(where)
+    for where, methods in replaced_trl_methods(VEPOTrainer).items():
+        for name in methods:
+            if where.startswith("vepo_trl.trl_compat"):
+                inside.append(f"{where}.{name}")
+            elif not (where == "vepo_trl.trainer:VEPOTrainer" and name in VEPO_HOOKS):
+                outside.append(f"{where}.{name}")
     print(
         f"TRL methods replaced in vepo_trl/trl_compat/: {len(inside)}; outside it (VEPO's own hooks aside): "
         f"{len(outside)}"

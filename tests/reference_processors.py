@@ -83,22 +83,28 @@ REAL_PROCESSORS["qwen2.5-vl"] = RealProcessor(
 )
 
 
+# What the Qwen3-VL and Qwen3.5 files below both say (each cites its own source): Qwen2VLImageProcessorFast at 16-px
+# patches, size 65536 / 16777216, temporal 2, merge 2, mean/std 0.5; config.json vision patch_size 16
+QWEN3_PREPROCESSOR = dict(
+    size={"shortest_edge": 65536, "longest_edge": 16777216},
+    patch_size=16,
+    temporal_patch_size=2,
+    merge_size=2,
+    image_mean=list(HALF_STD),
+    image_std=list(HALF_STD),
+)
+QWEN3_VISION = {"vision_config": {"patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2}}
+
+
 # Qwen/Qwen3-VL-8B-Instruct preprocessor_config.json: Qwen2VLImageProcessorFast, size shortest_edge 65536,
 # longest_edge 16777216, patch 16, temporal 2, merge 2, mean/std 0.5 (read: copies of the Qwen3-VL-family file in
 # several public test fixtures agree; card for this checkpoint). config.json vision patch_size 16
 REAL_PROCESSORS["qwen3-vl"] = RealProcessor(
     "Qwen/Qwen3-VL-8B-Instruct",
     "Qwen2VLImageProcessor",
-    dict(
-        size={"shortest_edge": 65536, "longest_edge": 16777216},
-        patch_size=16,
-        temporal_patch_size=2,
-        merge_size=2,
-        image_mean=list(HALF_STD),
-        image_std=list(HALF_STD),
-    ),
+    QWEN3_PREPROCESSOR,
     "Qwen3VLConfig",
-    {"vision_config": {"patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2}},
+    QWEN3_VISION,
 )
 
 
@@ -115,16 +121,9 @@ REAL_PROCESSORS["qwen3-vl-moe"] = dataclasses.replace(
 REAL_PROCESSORS["qwen3.5"] = RealProcessor(
     "Qwen/Qwen3.5-9B",
     "Qwen2VLImageProcessor",
-    dict(
-        size={"shortest_edge": 65536, "longest_edge": 16777216},
-        patch_size=16,
-        temporal_patch_size=2,
-        merge_size=2,
-        image_mean=list(HALF_STD),
-        image_std=list(HALF_STD),
-    ),
+    QWEN3_PREPROCESSOR,
     "Qwen3_5Config",
-    {"vision_config": {"patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2}},
+    QWEN3_VISION,
 )
 
 

@@ -28,7 +28,7 @@ from vepo_trl.scoring import SELECTION_STRATEGIES
 from vepo_trl.trainer import SELECTION_KEY
 from vepo_trl.trl_compat.prompt_padding import text_pads, text_returns_tensors
 
-from .support import length_reward
+from .support import length_reward, make_config
 
 
 FAMILY_NAMES = [family.name for family in FAMILIES]
@@ -48,24 +48,8 @@ def dataset():
 
 
 def make_args(tmp_path, config_cls=VEPOConfig, **overrides):
-    settings = {
-        "output_dir": str(tmp_path / "out"),
-        "per_device_train_batch_size": 4,
-        "num_generations": 4,
-        "max_completion_length": 8,
-        "max_steps": 1,
-        "learning_rate": 1e-2,
-        "logging_steps": 1,
-        "report_to": "none",
-        "save_strategy": "no",
-        "use_cpu": True,
-        "bf16": False,
-        "seed": 0,
-    }
-    settings.update(overrides)
-    if config_cls is GRPOConfig:
-        settings = {k: v for k, v in settings.items() if k in GRPOConfig.__dataclass_fields__}
-    return config_cls(**settings)
+    """`support.make_config` at this module's sizes: 8 new tokens, one step."""
+    return make_config(tmp_path, config_cls, **{"max_completion_length": 8, "max_steps": 1, **overrides})
 
 
 def trainable(model):

@@ -10,37 +10,15 @@ import pytest
 from trl import GRPOTrainer
 
 from vepo_trl import VEPOTrainer
-from vepo_trl.trl_compat import PATCHES
+from vepo_trl.trl_compat import PATCHES, VEPO_HOOKS, replaced_trl_methods
 
 
 REPO = Path(__file__).resolve().parents[1]
-# VEPO's own hooks (the method, not a patch of TRL's behaviour): the loss with the selection, the rollout scoring, the
-# entropy-mask hook TRL gives token selection, the rollout's multi-process image logging, the model card
-VEPO_HOOKS = {
-    "compute_loss",
-    "_get_per_token_logps_and_entropies",
-    "get_high_entropy_mask",
-    "_generate_and_score_completions",
-    "create_model_card",
-}
-
-
-def replaced_methods() -> dict[str, list[str]]:
-    """Each class of VEPOTrainer's bases from vepo_trl -> the GRPOTrainer methods it replaces."""
-    return {
-        f"{cls.__module__}:{cls.__name__}": sorted(
-            name
-            for name, value in vars(cls).items()
-            if callable(value) and not name.startswith("__") and hasattr(GRPOTrainer, name)
-        )
-        for cls in VEPOTrainer.__mro__
-        if cls.__module__.startswith("vepo_trl")
-    }
 
 
 def test_every_replaced_trl_method_is_a_vepo_hook_or_a_listed_patch():
     listed = {patch.where for patch in PATCHES}
-    for where, methods in replaced_methods().items():
+    for where, methods in replaced_trl_methods(VEPOTrainer).items():
         module, _, name = where.partition(":")
         if module == "vepo_trl.trainer":
             assert set(methods) <= VEPO_HOOKS, set(methods) - VEPO_HOOKS

@@ -14,8 +14,8 @@ def _checkpointing_renamed() -> bool:
     """TRL declares its default (on) under transformers' deprecated name `gradient_checkpointing`, which makes every
     config warn (`FutureWarning`) about a setting the user never gave. True while that holds; once TRL moves to
     `activation_checkpointing` (or transformers drops the alias) VEPOConfig leaves both fields as TRL declares them."""
-    names = {f.name: f for f in dataclasses.fields(GRPOConfig)}
-    return "activation_checkpointing" in names and names.get("gradient_checkpointing", field()).default is True
+    defaults = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
+    return "activation_checkpointing" in defaults and defaults.get("gradient_checkpointing") is True
 
 
 _CHECKPOINTING_RENAMED = _checkpointing_renamed()

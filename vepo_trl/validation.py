@@ -587,10 +587,10 @@ def check_combinations(values: Mapping[str, object], *, early: bool = False) -> 
 
 def check_object(obj, rules: Mapping[str, Rule]) -> None:
     """The rules on an object's attributes (a built dataclass); whole floats are stored back as ints."""
-    values = {name: getattr(obj, name) for name in rules if hasattr(obj, name)}
-    if dataclasses.is_dataclass(obj):  # every field for the combinations, whether or not it has a rule of its own
-        values = {field.name: getattr(obj, field.name, None) for field in dataclasses.fields(obj)} | values
-    for name, value in check_values({**values}, rules).items():
+    # A dataclass: every field, for the combinations too (whether or not it has a rule of its own)
+    names = [field.name for field in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else rules
+    values = {name: getattr(obj, name) for name in names if hasattr(obj, name)}
+    for name, value in check_values(values, rules).items():
         if value is not values[name]:
             object.__setattr__(obj, name, value)
 

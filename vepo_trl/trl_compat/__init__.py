@@ -108,6 +108,33 @@ PATCHES: tuple[Patch, ...] = (
     ),
 )
 
+# VEPO's own hooks on GRPOTrainer (in vepo_trl/trainer.py): the methods it replaces that are not patches of TRL
+VEPO_HOOKS = frozenset(
+    {
+        "compute_loss",  # the loss with the selection
+        "_get_per_token_logps_and_entropies",  # the rollout scoring
+        "get_high_entropy_mask",  # the hook TRL gives token selection
+        "_generate_and_score_completions",  # the rollout's multi-process image logging
+        "create_model_card",
+    }
+)
+
+
+def replaced_trl_methods(trainer_cls) -> dict[str, list[str]]:
+    """Each class of `trainer_cls`'s bases from vepo_trl ("module:Class") -> the `GRPOTrainer` methods it replaces."""
+    from trl import GRPOTrainer
+
+    return {
+        f"{cls.__module__}:{cls.__name__}": sorted(
+            name
+            for name, value in vars(cls).items()
+            if callable(value) and not name.startswith("__") and hasattr(GRPOTrainer, name)
+        )
+        for cls in trainer_cls.__mro__
+        if cls.__module__.startswith("vepo_trl")
+    }
+
+
 # The trainer's mixins, loaded on first use (torch and TRL are imported by them, not by this table)
 __getattr__ = lazy_exports(
     __name__,

@@ -188,3 +188,16 @@ def test_readme_figures_rewrites_each_figure_in_place_and_holds_timings_to_a_tol
         "VEPO 1.25x full GRPO (`GRPOTrainer`; per-round range 1.18-1.40), 1.16x top-20% entropy (range 1.05-1.16; "
         "paper), VEPO's median step 0.20 s, with 0.88 perturbed forwards per completion\n"
     )
+
+
+def test_structure_figures_hold_the_contract_and_the_test_layout(tmp_path):
+    out = _run("structure.py", tmp_path=tmp_path)
+    assert "outside it (VEPO's own hooks aside): 0" in out
+    assert "test modules importing another test module: 0" in out
+
+
+def test_tiny_builds_fingerprint_is_the_same_on_a_second_build(tmp_path):
+    """The same seed builds the same model, so a refactor's before/after fingerprints compare builds, not chance."""
+    first = _run("tiny_builds.py", "qwen2.5-vl", tmp_path=tmp_path)
+    assert first.split()[0] == "qwen2.5-vl" and len(first.split()[1]) == 16
+    assert _run("tiny_builds.py", "qwen2.5-vl", tmp_path=tmp_path) == first

@@ -347,6 +347,33 @@ def test_recipe_values_of_any_yaml_type_for_any_key(key, kind, tmp_path_factory,
         assert_one_error_line(code, err, "train")
 
 
+def object_typed_recipe_keys() -> list[str]:
+    from trl import ModelConfig
+
+    from vepo_trl.config import VEPOConfig
+    from vepo_trl.train import VEPOScriptArguments
+    from vepo_trl.validation import _annotations, _object_types
+
+    return sorted(key for cls in (VEPOScriptArguments, VEPOConfig, ModelConfig)
+                  for key, annotation in _annotations(cls).items() if _object_types(annotation))  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["bool", "number", "text", "mapping"])
+def test_a_recipe_value_for_a_field_that_takes_an_object_is_refused(kind, tmp_path, capsys):
+    """CI's n-th example: `parallelism_config: true` went past the recipe check into TrainingArguments and ended in
+    `AttributeError: 'bool' object has no attribute 'cp_enabled'`. Every field whose type has no YAML form."""
+    keys = object_typed_recipe_keys()
+    assert "parallelism_config" in keys
+    for key in keys:
+        recipe = yaml.safe_load(Path(TINY_RECIPE).read_text())
+        recipe[key] = YAML_VALUES[kind]
+        path = tmp_path / "recipe.yaml"
+        path.write_text(yaml.safe_dump(recipe))
+        code, err = run(["train", "--config", str(path), "--output_dir", str(tmp_path / "out")], capsys)
+        assert_one_error_line(code, err, "train", f"--config: {key}: ")
+        assert "which a recipe cannot give" in err
+
+
 @pytest.mark.parametrize(("kind", "needle"), [
     ("list", "dataset_name: a list ([synthetic, synthetic]), and dataset_name takes one value"),
     ("mapping", "dataset_name: a mapping"),

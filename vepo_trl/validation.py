@@ -656,6 +656,36 @@ def precheck(argv: list[str], recipe: Mapping | None, rules: Mapping[str, Rule])
     check_values({**given, **converted}, rules, early=True)
 
 
+def _object_types(annotation) -> list[str]:
+    """The class names in a field's type when nothing of it has a YAML form (no text, number, flag, list, mapping or
+    choice): `parallelism_config: ParallelismConfig | None`. TRL's parser hands a recipe's value to such a field as it
+    is (the command line's `--parallelism_config true` is refused by argparse)."""
+    import types
+    import typing
+
+    parts = (
+        typing.get_args(annotation)
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType)
+        else (annotation,)
+    )
+    parts = [part for part in parts if part is not type(None)]
+    plain = (str, int, float, bool, list, dict)
+    if not parts or any(isinstance(part, str) or (typing.get_origin(part) or part) in plain
+                        or typing.get_origin(part) is typing.Literal for part in parts):  # fmt: skip
+        return []
+    return [getattr(part, "__name__", str(part)) for part in parts]
+
+
+def _yaml_kind(value) -> str:
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a YAML boolean)"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
 def recipe_values(recipe: Mapping, annotations: Mapping[str, object]) -> dict:
     """A recipe's values of any YAML type against the fields' declared types, for every key: a list or a mapping
     where one value goes, null where the field cannot be unset, a YAML date, are refused naming the key and the type
@@ -675,6 +705,12 @@ def recipe_values(recipe: Mapping, annotations: Mapping[str, object]) -> dict:
             list: "list" in declared,
             dict: "dict" in declared or "Mapping" in declared,
         }
+        objects = _object_types(annotations[key])
+        if objects and value is not None:
+            raise ValueError(
+                f"--config: {key}: {_yaml_kind(value)}, and {key} takes a {objects[0]} object, which a recipe cannot "
+                "give; remove the line (set it in Python)."
+            )
         if isinstance(value, (list, tuple)) and not takes[list]:
             raise ValueError(
                 f"--config: {key}: a list ([{', '.join(map(str, value))}]), and {key} takes one value; give one (e.g. {key}: "

@@ -250,8 +250,10 @@ def _invalid(rule) -> list[str]:
         return ["no-such-choice"]
     if rule.kind == "bool":
         return ["maybe"]
-    if rule.kind == "file":
+    if rule.kind == "mapping_file":
         return ["nowhere.json"]
+    if rule.kind == "mapping":
+        return ["text"]
     if rule.kind == "numbers":
         return ["nan"]
     for value in (0, -1, 2**33, 0.5):

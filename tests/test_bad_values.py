@@ -5,6 +5,7 @@ tracebacks after the model loaded. Generated cases per field: `VEPO_HYPOTHESIS_E
 longer search)."""
 
 import dataclasses
+import importlib.util
 import os
 from pathlib import Path
 
@@ -86,6 +87,14 @@ def test_the_table_names_real_fields_and_covers_most_of_them():
         ("--vllm_gpu_memory_utilization", "1.5", "(0, 1]"),
         ("--lora_r", "0", "whole number >= 1"),
         ("--deepspeed", "nowhere.json", "does not exist"),
+        # transformers' dict fields: text that is neither a file nor JSON of a mapping ran into FileNotFoundError,
+        # deepspeed's PackageNotFoundError, or was kept as text to fail where the run first read it
+        ("--accelerator_config", "x", "does not exist"),
+        ("--deepspeed", "x", "does not exist"),
+        ("--fsdp_config", "x", "does not exist"),
+        ("--generation_kwargs", "x", "must be a mapping"),
+        ("--model_init_kwargs", "{bad", "not JSON"),
+        ("--chat_template_kwargs", "[1]", "must be a mapping"),
     ],
 )
 def test_named_bad_values_end_in_one_line_before_anything_loads(tmp_path, capsys, flag, value, needle):
@@ -152,8 +161,10 @@ def invalid_values(name, folder: Path) -> list[str]:
         return ["no-such-choice"]
     if rule.kind == "bool":
         return ["maybe", "2"]
-    if rule.kind == "file":
-        return [str(folder / "nowhere.json"), str(folder)]
+    if rule.kind == "mapping_file":
+        return [str(folder / "nowhere.json"), str(folder), "{not json", "[1, 2]"]
+    if rule.kind == "mapping":
+        return ["text", "{not json", "[1, 2]", "7"]
     if rule.kind == "numbers":
         return ["nan", "inf", "abc"]
     bad = ["nan", "inf", "-inf", "abc", ""]
@@ -275,7 +286,8 @@ def test_push_to_hub_without_the_hub_or_a_token_is_refused_before_training(tmp_p
     [
         ["--use_peft", "--lora_r", "8"],  # a bare bool flag is true, as transformers' parser reads it
         ["--bf16=false"],
-        ["--deepspeed", '{"zero_optimization": {"stage": 2}}'],  # inline JSON, which transformers parses
+        ["--generation_kwargs", '{"top_k": 5}'],  # inline JSON, which transformers parses
+        ["--accelerator_config", '{"split_batches": false}'],
         ["--top_entropy_quantile", "0", "--selection_strategy", "full"],
         ["--save_total_limit", "0"],
     ],
@@ -297,3 +309,16 @@ def test_yaml_scalars_for_list_fields_count_as_one_item():
     check_combinations({"reward_funcs": "accuracy", "reward_weights": 1.0})  # no TypeError, no refusal
     with pytest.raises(ValueError, match="one weight per reward function"):
         check_combinations({"reward_funcs": "accuracy", "reward_weights": [0.5, 0.5]})
+
+
+@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is not None, reason="deepspeed is installed here")
+@pytest.mark.parametrize("form", ["inline", "base64"])
+def test_a_deepspeed_config_without_the_package_is_refused_naming_the_install(form, tmp_path, capsys):
+    """Every form transformers reads (a file, inline JSON, accelerate's base64) needs the package: without it the run
+    ended in `PackageNotFoundError` raised from transformers' version check."""
+    import base64
+
+    config = '{"zero_optimization": {"stage": 2}}'
+    value = config if form == "inline" else base64.urlsafe_b64encode(config.encode()).decode()
+    code, out, err = run_cli(train_argv(tmp_path / "out", "--deepspeed", value), capsys)
+    assert_one_error_line(code, err, None, "--deepspeed", "the deepspeed package is not installed")

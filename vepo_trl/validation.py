@@ -26,8 +26,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Rule:
     """What one field's value must be. `kind`: "whole" (a whole number), "number" (a finite number), "numbers" (a
-    list of finite numbers), "choice", "bool", "file" (a path to an existing file; a mapping passes, as for an inline
-    DeepSpeed config). `test` takes the converted value; `valid` says in words what passes."""
+    list of finite numbers), "choice", "bool", "mapping" (a mapping, or its JSON inline: transformers' dict fields),
+    "mapping_file" (those, or a path to an existing JSON file). `test` takes the converted value; `valid` says in words what passes."""
 
     kind: str
     valid: str
@@ -198,9 +198,12 @@ RANGES: dict[str, Rule] = {
     "max_train_samples": _whole(_at_least(1), "a whole number >= 1, or unset for every row", True),
     "max_eval_samples": _whole(_at_least(1), "a whole number >= 1, or unset for every row", True),
     "synthetic_rows": _whole(_at_least(1), "a whole number >= 1"),
-    # Files a run reads (a DeepSpeed / FSDP config given by path)
-    "deepspeed": Rule("file", "a DeepSpeed JSON config file that exists", optional=True),
-    "fsdp_config": Rule("file", "an FSDP config file that exists", optional=True),
+    # The dict fields transformers reads from a file when given text (a DeepSpeed / FSDP / accelerator config)
+    "deepspeed": Rule("mapping_file", "a DeepSpeed JSON config file that exists, or the config inline", optional=True),
+    "fsdp_config": Rule("mapping_file", "an FSDP JSON config file that exists, or the config inline", optional=True),
+    "accelerator_config": Rule(
+        "mapping_file", "an accelerator JSON config file that exists, or the config inline", optional=True
+    ),
     # TRL's ModelConfig (LoRA)
     "lora_r": _whole(_at_least(1), "a whole number >= 1 (the adapter's rank)"),
     "lora_alpha": _whole(_at_least(1), "a whole number >= 1"),
@@ -442,6 +445,10 @@ def _class_rules(cls) -> dict[str, Rule]:
             continue
         annotation = annotations.get(field.name, field.type)
         rule = RANGES.get(field.name) or _type_rule(field, annotation)
+        if rule is None and field.name in getattr(cls, "_VALID_DICT_FIELDS", ()):
+            rule = Rule(
+                "mapping", "a mapping: JSON such as '{\"key\": 1}', or key: value lines in a recipe", optional=True
+            )
         if rule is None:
             continue
         # A field the dataclass lets be None (unset) keeps that, whatever RANGES says
@@ -495,17 +502,11 @@ def check_value(name: str, value, rule: Rule):
         if not isinstance(value, bool):
             _refuse(name, value, rule)
         return value
-    if rule.kind == "file":
-        from pathlib import Path
-
-        if isinstance(value, Mapping) or (isinstance(value, str) and Path(value).expanduser().is_file()):
-            if name == "deepspeed":
-                _check_deepspeed(value)
-            return value
-        if isinstance(value, str) and (value.lstrip().startswith("{") or not value.endswith(".json")):
-            return value  # inline JSON (transformers parses it) or accelerate's base64: not a path
-        what = "is a folder" if isinstance(value, str) and Path(value).expanduser().is_dir() else "does not exist"
-        raise ValueError(f"--{name} {_show(value)}: {what}; must be {rule.valid}.")
+    if rule.kind in ("mapping", "mapping_file"):
+        _check_mapping(name, value, rule)
+        if name == "deepspeed":
+            _check_deepspeed(value)
+        return value
     if rule.kind == "numbers":
         values = value if isinstance(value, (list, tuple)) else [value]
         for item in values:
@@ -534,6 +535,50 @@ def check_value(name: str, value, rule: Rule):
     return value
 
 
+def _check_mapping(name: str, value, rule: Rule) -> None:
+    """A dict field of transformers' (`_VALID_DICT_FIELDS`): a mapping or a config object (Python), JSON text of a
+    mapping (transformers parses text that starts with `{`), and for `mapping_file` a path to a file (DeepSpeed's
+    also a base64 JSON, as accelerate passes it). Other text stays text, to fail where the run first reads it
+    (`generation_kwargs: x`, `accelerator_config: 7` opened file descriptor 7)."""
+    import json
+    from pathlib import Path
+
+    if isinstance(value, Mapping) or dataclasses.is_dataclass(value):
+        return
+    if not isinstance(value, str):
+        _refuse(name, value, rule)
+    if value.startswith("{"):
+        try:
+            parsed = json.loads(value)
+        except ValueError as error:
+            raise ValueError(f"--{name} {_show(value)}: not JSON ({error}); must be {rule.valid}.") from None
+        if not isinstance(parsed, dict):
+            _refuse(name, value, rule)
+        return
+    if rule.kind == "mapping_file":
+        path = Path(value).expanduser()
+        if path.is_file():
+            return
+        if name == "deepspeed" and _base64_json(value):
+            return
+        if path.is_dir():
+            raise ValueError(f"--{name} {_show(value)}: is a folder; must be {rule.valid}.")
+        raise ValueError(f"--{name} {_show(value)}: does not exist; must be {rule.valid}.")
+    raise ValueError(f"--{name} {_show(value)}: must be {rule.valid}.")
+
+
+def _base64_json(text: str) -> bool:
+    """Whether `text` is a DeepSpeed config as base64 JSON (transformers' `HfDeepSpeedConfig` reads that form)."""
+    import base64
+    import binascii
+    import json
+
+    try:
+        return isinstance(json.loads(base64.urlsafe_b64decode(text).decode("utf-8")), dict)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return False
+
+
 def _check_deepspeed(value) -> None:
     """`--deepspeed`: a DeepSpeed JSON config (not accelerate's YAML, which goes to `accelerate launch --config_file`),
     with the deepspeed package installed (transformers needs it to read the file, 60 lines deep otherwise)."""
@@ -541,7 +586,7 @@ def _check_deepspeed(value) -> None:
     import json
     from pathlib import Path
 
-    if isinstance(value, str):
+    if isinstance(value, str) and Path(value).expanduser().is_file():
         path = Path(value).expanduser()
         try:
             config = json.loads(path.read_text())
@@ -607,7 +652,7 @@ def _convert(name: str, text, rule: Rule):
         return text
     if text.strip().lower() in ("none", "null"):
         return None
-    if rule.kind in ("choice", "choice_or_bool", "file"):
+    if rule.kind in ("choice", "choice_or_bool", "mapping", "mapping_file"):
         return text
     if rule.kind == "bool":
         lowered = text.strip().lower()
@@ -656,24 +701,39 @@ def precheck(argv: list[str], recipe: Mapping | None, rules: Mapping[str, Rule])
     check_values({**given, **converted}, rules, early=True)
 
 
-def _object_types(annotation) -> list[str]:
-    """The class names in a field's type when nothing of it has a YAML form (no text, number, flag, list, mapping or
-    choice): `parallelism_config: ParallelismConfig | None`. TRL's parser hands a recipe's value to such a field as it
-    is (the command line's `--parallelism_config true` is refused by argparse)."""
+def _yaml_forms(annotation) -> set[str] | None:
+    """The YAML forms a field's declared type takes: "text", "number", "bool", "list", "mapping", "null", and "object"
+    for a class with no YAML form (`ParallelismConfig`). None where the annotation did not resolve."""
+    import enum
     import types
     import typing
 
-    parts = (
-        typing.get_args(annotation)
-        if typing.get_origin(annotation) in (typing.Union, types.UnionType)
-        else (annotation,)
-    )
-    parts = [part for part in parts if part is not type(None)]
-    plain = (str, int, float, bool, list, dict)
-    if not parts or any(isinstance(part, str) or (typing.get_origin(part) or part) in plain
-                        or typing.get_origin(part) is typing.Literal for part in parts):  # fmt: skip
-        return []
-    return [getattr(part, "__name__", str(part)) for part in parts]
+    if isinstance(annotation, str):
+        return None
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        forms = set()
+        for part in typing.get_args(annotation):
+            part_forms = _yaml_forms(part)
+            if part_forms is None:
+                return None
+            forms |= part_forms
+        return forms
+    if origin is typing.Literal:
+        return set().union(*(_yaml_forms(type(value)) for value in typing.get_args(annotation)))
+    kind = origin or annotation
+    if kind is type(None):
+        return {"null"}
+    if kind is typing.Any:
+        return {"text", "number", "bool", "list", "mapping", "null"}
+    if kind is bool:
+        return {"bool"}
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return {"text"} if issubclass(kind, str) else {"object"}
+    for forms, kinds in (("text", (str,)), ("number", (int, float)), ("list", (list, tuple)), ("mapping", (dict,))):
+        if kind in kinds or (isinstance(kind, type) and issubclass(kind, Mapping) and forms == "mapping"):
+            return {forms}
+    return {"object"}
 
 
 def _yaml_kind(value) -> str:
@@ -688,53 +748,59 @@ def _yaml_kind(value) -> str:
 
 def recipe_values(recipe: Mapping, annotations: Mapping[str, object]) -> dict:
     """A recipe's values of any YAML type against the fields' declared types, for every key: a list or a mapping
-    where one value goes, null where the field cannot be unset, a YAML date, are refused naming the key and the type
-    (TRL's parser would pass them on as they are, to fail deep in a run); a number or a date where text goes is
-    taken as its text (`run_name: 2024`). Returns the recipe as the run will read it. Numbers, booleans and choices
-    are the rules' (`precheck`)."""
+    where one value goes, null where the field cannot be unset, a date, a number or a boolean where the type takes
+    none of them, a value for a field that takes a Python object, are refused naming the key and the type (TRL's
+    parser passes a recipe's values on as they are, to fail deep in a run: `accelerator_config: 7` opened file
+    descriptor 7); a number or a date where text goes is taken as its text (`run_name: 2024`). Returns the recipe as
+    the run will read it. Which numbers, texts and choices are valid is the rules' (`precheck`)."""
     import datetime
 
     checked = {}
     for key, value in recipe.items():
-        declared = str(annotations.get(key, ""))
-        if not declared:
+        annotation = annotations.get(key)
+        forms = _yaml_forms(annotation) if annotation is not None else None
+        if forms is None:
             checked[key] = value
             continue
-        text_only = declared in ("str", "<class 'str'>", "str | None")
-        takes = {
-            list: "list" in declared,
-            dict: "dict" in declared or "Mapping" in declared,
-        }
-        objects = _object_types(annotations[key])
-        if objects and value is not None:
-            raise ValueError(
-                f"--config: {key}: {_yaml_kind(value)}, and {key} takes a {objects[0]} object, which a recipe cannot "
-                "give; remove the line (set it in Python)."
-            )
-        if isinstance(value, (list, tuple)) and not takes[list]:
+        declared = str(annotation).replace("<class '", "").replace("'>", "")
+        if "object" in forms and forms <= {"object", "null"}:
+            if value is not None:
+                objects = [
+                    part.__name__ for part in getattr(annotation, "__args__", (annotation,)) if part is not type(None)
+                ]
+                raise ValueError(
+                    f"--config: {key}: {_yaml_kind(value)}, and {key} takes a {objects[0]} object, which a recipe "
+                    "cannot give; remove the line (set it in Python)."
+                )
+        elif isinstance(value, (list, tuple)) and "list" not in forms:
             raise ValueError(
                 f"--config: {key}: a list ([{', '.join(map(str, value))}]), and {key} takes one value; give one (e.g. {key}: "
                 f"{value[0] if value else '...'})."
             )
-        if isinstance(value, Mapping) and not takes[dict]:
+        elif isinstance(value, Mapping) and "mapping" not in forms:
             raise ValueError(f"--config: {key}: a mapping, and {key} takes one value, not key: value pairs.")
-        if value is None and not _allows_none(declared) and "Literal" not in declared:
+        elif value is None and "null" not in forms and "Literal" not in declared:
             raise ValueError(
-                f"--config: {key}: null (unset), and {key} must have a value ({declared.replace('<class ', '').rstrip('>')}); remove the line to keep the default."
+                f"--config: {key}: null (unset), and {key} must have a value ({declared}); remove the line to keep the "
+                "default."
             )
-        if isinstance(value, (datetime.date, datetime.datetime)):
-            if not text_only:
+        elif isinstance(value, (datetime.date, datetime.datetime)):
+            if "text" not in forms:
                 raise ValueError(
                     f"--config: {key}: a YAML date ({value}), not a value of {key}; quote it if it is text."
                 )
             value = value.isoformat()
-        elif text_only and isinstance(value, (int, float)) and not isinstance(value, bool):
+        elif isinstance(value, bool) and "bool" not in forms:
+            if "text" in forms:
+                raise ValueError(
+                    f"--config: {key}: {str(value).lower()} (a YAML boolean: unquoted yes / no / on / off read as "
+                    f"one), and {key} is text; quote it."
+                )
+            raise ValueError(f"--config: {key}: {str(value).lower()} (a YAML boolean), and {key} takes {declared}.")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and "number" not in forms:
+            if "text" not in forms:
+                raise ValueError(f"--config: {key}: {value}, and {key} takes {declared}.")
             value = str(value)
-        elif text_only and isinstance(value, bool):
-            raise ValueError(
-                f"--config: {key}: {str(value).lower()} (a YAML boolean: unquoted yes / no / on / off read as one), "
-                f"and {key} is text; quote it."
-            )
         checked[key] = value
     return checked
 

@@ -6,7 +6,8 @@ import math
 import pytest
 import torch
 
-from vepo_trl.batch import MODEL_INPUT_KEYS, MULTIMODAL_KEYS, take_rows
+from vepo_trl import batch as batch_module
+from vepo_trl.batch import MODEL_INPUT_KEYS, MULTIMODAL_KEYS, Batch, take_rows
 from vepo_trl.scoring import TokenSignals
 from vepo_trl.selection_metrics import selection_metrics
 
@@ -114,6 +115,46 @@ def test_take_rows_matches_the_qwen_layout(rows):
             assert got[key] is None
         else:
             assert torch.equal(got[key], want[key]), key
+
+
+def qwen_batch() -> dict:
+    grids = torch.tensor([[1, 2, 2], [1, 4, 2], [1, 2, 6], [1, 2, 2]])
+    return {
+        "prompt_ids": torch.arange(12).reshape(4, 3),
+        "prompt_mask": torch.ones(4, 3, dtype=torch.long),
+        "completion_ids": torch.arange(20).reshape(4, 5),
+        "completion_mask": torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [0, 0, 0, 0, 0]]),
+        "tool_mask": torch.tensor([[1, 0, 1, 1, 1]] * 4),
+        "num_images": [1, 0, 2, 1],
+        "image_grid_thw": grids,
+        "pixel_values": torch.randn(int(grids.prod(-1).sum()), 12, generator=torch.Generator().manual_seed(0)),
+    }
+
+
+def test_the_batch_view_reads_the_dict_and_derives_each_value_once(monkeypatch):
+    inputs = qwen_batch()
+    batch = Batch(inputs)
+    assert Batch.of(batch) is batch and Batch(batch).inputs is inputs
+    # By hand: completion mask times tool mask; rows with an image (1, 0, 2, 1 images); prompt then completion
+    assert batch.loss_mask.tolist() == [[True, False, True, False, False], [True, False, True, True, True],
+                                        [True, False, False, False, False], [False] * 5]  # fmt: skip
+    assert batch.valid.sum().item() == 9
+    assert batch.has_image.tolist() == [True, False, True, True]
+    assert torch.equal(batch.sequence[0][1], torch.tensor([3, 4, 5, 5, 6, 7, 8, 9]))
+    assert (batch.rows, batch.completion_length) == (4, 5)
+    # Each derived value is computed once, however many steps read it: one cut of the image inputs by response
+    calls = []
+    real = batch_module.row_pieces
+    monkeypatch.setattr(batch_module, "row_pieces", lambda inputs: calls.append(1) or real(inputs))
+    for rows in ([0], [2, 0], [3, 1, 2]):
+        got = batch.take(torch.tensor(rows))
+        want = reference_take_rows(inputs, rows)
+        assert got["num_images"] == want["num_images"] and torch.equal(got["pixel_values"], want["pixel_values"])
+    assert len(calls) == 1
+    assert batch.loss_mask is batch.loss_mask and batch.sequence is batch.sequence
+    # Writes go to TRL's dict, which TRL keeps shuffling and splitting
+    inputs["vepo_selection_mask"] = batch.loss_mask
+    assert "vepo_selection_mask" in batch and batch.get("missing") is None and len(batch) == len(inputs)
 
 
 def test_multimodal_keys_come_from_trl():

@@ -1,13 +1,16 @@
 """Reading TRL's generation batches: which keys are multimodal, rows of a batch, which rows have an image, the loss mask.
 
 A batch here is the dict `GRPOTrainer._generate_and_score_completions` returns (`prompt_ids`, `completion_ids`, the
-masks, `advantages`, and the processor's multimodal outputs). Plain functions of that dict and its tensors; nothing
-here runs a model.
+masks, `advantages`, and the processor's multimodal outputs). Plain functions of that dict and its tensors, and `Batch`,
+the typed view the selection reads them through (each derived value computed once per rollout or slice); nothing here
+runs a model.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator, Mapping
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -96,14 +99,18 @@ def row_pieces(inputs: dict[str, Any]) -> list[dict[str, Any]] | None:
     return rows
 
 
-def take_rows(inputs: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
+_NOT_GIVEN = object()
+
+
+def take_rows(inputs: Mapping[str, Any], rows: torch.Tensor, pieces=_NOT_GIVEN) -> dict[str, Any]:
     """The multimodal inputs of the responses `rows` `(n,)` (indices into the batch), in that order.
 
-    Each response's pieces (`row_pieces`) are taken and merged back with TRL's `unsplit_pixel_values_by_grid`. Rows
-    without any image take no pixel inputs at all, as in a text-only batch."""
+    Each response's pieces (`row_pieces`, or `pieces` already cut) are taken and merged back with TRL's
+    `unsplit_pixel_values_by_grid`. Rows without any image take no pixel inputs at all, as in a text-only batch."""
     out: dict[str, Any] = {}
     rows_list = rows.tolist()
-    pieces = row_pieces(inputs)
+    if pieces is _NOT_GIVEN:
+        pieces = row_pieces(inputs)
     if pieces is not None:
         chosen = [pieces[r] for r in rows_list]
         out["num_images"] = [row["num_images"] for row in chosen]
@@ -149,6 +156,66 @@ def rows_with_image(num_images, pixel_values, like: torch.Tensor) -> torch.Tenso
 
 def has_image(inputs: dict[str, Any]) -> torch.Tensor:
     return rows_with_image(inputs.get("num_images"), inputs.get("pixel_values"), inputs["completion_ids"])
+
+
+class Batch(Mapping):
+    """TRL's batch dict (one generation batch, or one slice of it), read through one object: the dict's keys as they
+    are (writes go to the dict, which TRL keeps shuffling and splitting), and what VEPO derives from them (the loss
+    mask, the whole sequence, the rows with an image, each row's image pieces) computed once, however many steps of
+    the selection read them. `Batch.of` wraps a dict, and returns a view as it is."""
+
+    def __init__(self, inputs: Mapping[str, Any]):
+        self.inputs = inputs.inputs if isinstance(inputs, Batch) else inputs
+
+    @classmethod
+    def of(cls, inputs: Mapping[str, Any]) -> Batch:
+        return inputs if isinstance(inputs, Batch) else cls(inputs)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.inputs[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.inputs)
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    @property
+    def rows(self) -> int:
+        return self.inputs["completion_ids"].size(0)
+
+    @property
+    def completion_length(self) -> int:
+        return self.inputs["completion_ids"].size(1)
+
+    @cached_property
+    def sequence(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return sequence(self.inputs)
+
+    @cached_property
+    def valid(self) -> torch.Tensor:
+        """`(B, T)` bool: the completion tokens that exist (the completion mask; tool-written tokens included)."""
+        return self.inputs["completion_mask"].bool()
+
+    @cached_property
+    def loss_mask(self) -> torch.Tensor:
+        return loss_mask(self.inputs)
+
+    @cached_property
+    def has_image(self) -> torch.Tensor:
+        return has_image(self.inputs)
+
+    @cached_property
+    def multimodal(self) -> dict[str, Any]:
+        return multimodal_inputs(self.inputs)
+
+    @cached_property
+    def row_pieces(self) -> list[dict[str, Any]] | None:
+        return row_pieces(self.inputs)
+
+    def take(self, rows: torch.Tensor) -> dict[str, Any]:
+        """`take_rows` of this batch, cutting its image inputs by response once."""
+        return take_rows(self.inputs, rows, self.row_pieces)
 
 
 def row_images(examples: list[dict]) -> list[list] | None:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from accelerate.utils import is_peft_model
 
-from .batch import MODEL_INPUT_KEYS, sequence, take_rows
+from .batch import MODEL_INPUT_KEYS, Batch, take_rows
 from .families import pixel_layout
 from .model_hooks import capture_final_hidden, completion_hidden, scoring_mode
 from .perturb import ImageLayout, PixelLayout, perturb_pixel_values
@@ -216,15 +216,16 @@ class PerturbedPass:
         `max_rows` rows per forward). With no row, a dummy forward and a signal pass over no token keep the collectives
         aligned."""
         host, model = self.host, self.host.model
-        input_ids, attention_mask = sequence(inputs)
-        length = inputs["completion_ids"].size(1)
-        valid = inputs["completion_mask"].bool()
+        inputs = Batch.of(inputs)
+        input_ids, attention_mask = inputs.sequence
+        length = inputs.completion_length
+        valid = inputs.valid
         if index.numel() == 0:
             self.dummy_forward(model)
             perturbed = clean_tokens.new_zeros(0, self.text_config().hidden_size)
             targets = input_ids.new_zeros(0)
         else:
-            row_inputs = take_rows(inputs, index)
+            row_inputs = inputs.take(index)
             ids, mask = input_ids[index], attention_mask[index]
             perturbed = self.perturbed_hidden(model, ids, mask, length, row_inputs, max_rows)[valid[index]]
             targets = inputs["completion_ids"][index][valid[index]]
@@ -254,8 +255,9 @@ class PerturbedPass:
         rows = index.tolist()
         if not (self.share_prompts and rows):
             return [index[start : start + batch_size] for start in range(0, len(rows), batch_size)]
-        input_ids, attention_mask = sequence(inputs)
-        length = inputs["completion_ids"].size(1)
+        inputs = Batch.of(inputs)
+        input_ids, attention_mask = inputs.sequence
+        length = inputs.completion_length
         group_of = {row: number for number, group in enumerate(
             prompt_groups(input_ids, attention_mask, length, inputs)) for row in group}  # fmt: skip
         chunks: list[list[int]] = []
@@ -274,12 +276,13 @@ class PerturbedPass:
         kept together when prompts are shared), `clean_of_row(i)` giving response i's clean token states
         `(n_valid, d)`; every process runs as many chunks as the process with the most. Writes the signals into
         `signals` (`(B, T)` fields) for those responses."""
+        inputs = Batch.of(inputs)  # each chunk reads the same sequence, masks and image pieces: made once
         index = rows.nonzero().squeeze(-1)
         chunked = self.chunks(inputs, index, batch_size)
         # The same number of scoring passes on every process, whatever each one's share of images and advantages
         count = int(self.host.accelerator.gather(torch.tensor([max(1, len(chunked))], device=rows.device)).max())
         chunked += [index[:0]] * (count - len(chunked))
-        valid = inputs["completion_mask"].bool()
+        valid = inputs.valid
         token_rows = torch.zeros_like(valid)
         token_rows[index] = valid[index]
         pieces: list[TokenSignals] = []

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from .batch import has_image, loss_mask, multimodal_inputs, rows_with_image, sequence
+from .batch import Batch, rows_with_image
 from .batch import take_rows as _take_rows
 from .model_hooks import completion_hidden, scoring_mode
 from .perturbed_pass import PerturbedPass
@@ -124,10 +124,9 @@ class SelectionPipeline:
     def batch_forward(self, model, inputs: dict[str, Any], *, scoring: bool = False, aux: bool = False):
         """The forward of a batch dict, with the arguments `GRPOTrainer._compute_loss` uses: (log-probs, entropies,
         aux)."""
-        length = inputs["completion_ids"].size(1)
-        multimodal = multimodal_inputs(inputs)
+        batch = Batch.of(inputs)
         return self.logprob_forward(
-            model, *sequence(inputs), length, multimodal, scoring=scoring, compute_aux_loss=aux
+            model, *batch.sequence, batch.completion_length, batch.multimodal, scoring=scoring, compute_aux_loss=aux
         )
 
     # -- rollout time --------------------------------------------------------------------------------------------
@@ -224,7 +223,8 @@ class SelectionPipeline:
         rollout, self.rollout = self.rollout, None
         if not self.active():
             return output
-        mask = loss_mask(output)
+        batch = Batch(output)
+        mask = batch.loss_mask
         no_rows = torch.zeros_like(mask[:, 0])
         if rollout is not None and rollout.done:
             # Scored with the weights that sampled the batch: clean side from TRL's rollout-time forward, perturbed
@@ -240,16 +240,16 @@ class SelectionPipeline:
                 # Every image response was scored at its chunk (the advantages did not exist yet: no skip)
                 scored = torch.tensor(rollout.streamed, dtype=torch.bool, device=mask.device)
             elif self.selection.needs_perturbed_pass:
-                scored = self.rows_to_score(output)
+                scored = self.rows_to_score(batch)
                 # A response TRL's forward saw no valid token of (all masked) has no stored state: nothing to score
                 scored &= torch.tensor(
                     [i in rollout.clean for i in range(scored.numel())], dtype=torch.bool, device=scored.device
                 )
                 signals = self.perturbed.signals_for_rows(
-                    output, signals, scored, rollout.clean.__getitem__, rollout.batch_size, self.wanted_signals()
+                    batch, signals, scored, rollout.clean.__getitem__, rollout.batch_size, self.wanted_signals()
                 )
-            output[SELECTION_KEY] = self.select(output, signals, scored)
-            self.log(output, signals, output[SELECTION_KEY], scored)
+            output[SELECTION_KEY] = self.select(batch, signals, scored)
+            self.log(batch, signals, output[SELECTION_KEY], scored)
             if self.selection.needs_perturbed_pass:
                 mode = "train" if self.host.model.training else "eval"
                 # The largest process's rollout cache, kept or (streamed) avoided
@@ -257,8 +257,8 @@ class SelectionPipeline:
                 self.host._metrics[mode]["vepo/rollout_scored_per_chunk"].append(float(rollout.stream))
         elif not self.selection.needs_signals:
             # `full` and `random` need nothing from the model: draw the mask with the rollout
-            output[SELECTION_KEY] = self.select(output, TokenSignals(), no_rows)
-            self.log(output, TokenSignals(), output[SELECTION_KEY], no_rows)
+            output[SELECTION_KEY] = self.select(batch, TokenSignals(), no_rows)
+            self.log(batch, TokenSignals(), output[SELECTION_KEY], no_rows)
         if self.host.loss_type in TOKEN_COUNT_NORMALISED_LOSSES:
             # These losses divide by the generation batch's valid-token count; L_VEPO's policy term divides by the
             # selected count. Top-k strategies keep a count known from the lengths, before any forward pass.
@@ -276,8 +276,9 @@ class SelectionPipeline:
     def select_at_first_use(self, model, inputs, forward, captured) -> torch.Tensor:
         """The mask of a slice whose batch TRL did not score at rollout: its first use is still the rollout policy."""
         logps, entropies, _ = forward
-        mask = loss_mask(inputs)
-        length = inputs["completion_ids"].size(1)
+        inputs = Batch.of(inputs)
+        mask = inputs.loss_mask
+        length = inputs.completion_length
         if self.dropout and self.host.model.training:
             # The loss forward is random under dropout: the clean side comes from a dropout-free forward of the whole
             # micro-batch (text-only responses are ranked by its entropies too)
@@ -288,7 +289,7 @@ class SelectionPipeline:
         if self.selection.needs_perturbed_pass:
             scored = self.rows_to_score(inputs)
             hidden = completion_hidden(captured, length)
-            valid = inputs["completion_mask"].bool()
+            valid = inputs.valid
             signals = self.perturbed.signals_for_rows(
                 inputs, signals, scored, lambda i: hidden[i][valid[i]], mask.size(0), self.wanted_signals()
             )
@@ -308,7 +309,8 @@ class SelectionPipeline:
     def rows_to_score(self, inputs) -> torch.Tensor:
         """`(B,)` responses that need their own perturbed forward: an image, a valid token, and (unless the loss can
         read their mask, or asked) a non-zero advantage. Counts the skipped ones."""
-        rows = has_image(inputs) & inputs["completion_mask"].bool().any(-1)
+        inputs = Batch.of(inputs)
+        rows = inputs.has_image & inputs.valid.any(-1)
         if not (self.args.score_zero_advantage_rows or self.mask_can_matter()):
             skipped = rows & (inputs["advantages"] == 0)
             self.num_skipped_completions += int(skipped.sum())
@@ -318,10 +320,11 @@ class SelectionPipeline:
     def select(self, inputs, signals: TokenSignals, scored: torch.Tensor) -> torch.Tensor:
         """The `(B, T)` mask from the signals. `scored` `(B,)`: responses that went through the perturbed pass; the
         others are ranked by entropy with the strategy's token count (text-only prompts, zero-advantage rows)."""
-        mask = loss_mask(inputs)
+        inputs = Batch.of(inputs)
+        mask = inputs.loss_mask
         seeds = None
         if self.selection.count == "random":
-            token_ids, _ = sequence(inputs)
+            token_ids, _ = inputs.sequence
             # The loss mask, not the attention mask: tokens a tool wrote do not make two responses different
             token_mask = torch.cat([inputs["prompt_mask"].bool(), mask], dim=1)
             seeds = row_seeds(token_ids, token_mask, self.args.perturbation_seed, self.host.state.global_step)
@@ -341,7 +344,7 @@ class SelectionPipeline:
             return None
         return policy_token_weights(
             inputs[SELECTION_KEY],
-            loss_mask(inputs),
+            Batch.of(inputs).loss_mask,
             self.host.loss_type,
             mode=self.args.selection_mode,
             bonus=self.args.selection_weight,
@@ -356,12 +359,13 @@ class SelectionPipeline:
         """`vepo/` metrics of a freshly made mask (one reduction on every process), and the samples due."""
         host = self.host
         mode = "train" if host.model.training else "eval"
+        inputs = Batch.of(inputs)
         metrics = selection_metrics(
             signals,
-            loss_mask(inputs),
+            inputs.loss_mask,
             selected,
             scored,
-            has_image(inputs),
+            inputs.has_image,
             ratio=self.args.selection_ratio,
             alpha=self.args.selection_alpha,
             perturbed_pass=self.selection.needs_perturbed_pass,
@@ -377,7 +381,7 @@ class SelectionPipeline:
         due = every and (last is None or step - last >= every) and signals.entropy is not None
         if due and host.model.training and host.accelerator.is_main_process:
             self._samples_written_at = step
-            write_selection_samples(host, inputs, signals, selected.bool() & loss_mask(inputs), scored)
+            write_selection_samples(host, inputs, signals, selected.bool() & inputs.loss_mask, scored)
 
 
 def write_selection_samples(host, inputs, signals: TokenSignals, selected, scored) -> None:
@@ -394,7 +398,7 @@ def write_selection_samples(host, inputs, signals: TokenSignals, selected, score
         inputs["completion_ids"],
         host.processing_class,
         signals,
-        loss_mask(inputs),
+        Batch.of(inputs).loss_mask,
         selected,
         ratio=args.selection_ratio,
         alpha=args.selection_alpha,

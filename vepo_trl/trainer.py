@@ -26,7 +26,7 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
-from .batch import loss_mask, mark_per_row_pixels, row_images
+from .batch import Batch, mark_per_row_pixels, row_images
 from .config import VEPOConfig
 from .families import check_family_inputs, family_of
 from .local_models import resolve_model_name
@@ -251,10 +251,10 @@ class VEPOTrainer(
         capture = first_use and self.selection.needs_perturbed_pass and not (pipeline.dropout and self.model.training)
         with self.perturbed_pass.capture(model, capture) as captured:
             forward = self._forward(model, inputs)
-        if first_use:
-            # Stored in the buffered batch itself: later iterations and accumulation slices reuse the mask
-            inputs[SELECTION_KEY] = pipeline.select_at_first_use(model, inputs, forward, captured)
-        weights = pipeline.token_weights(inputs)
+        batch = Batch(inputs)  # one view of the slice: its mask, weights and bonus read the same derived values
+        if first_use:  # stored in the buffered batch itself: later iterations and accumulation slices reuse the mask
+            inputs[SELECTION_KEY] = pipeline.select_at_first_use(model, batch, forward, captured)
+        weights = pipeline.token_weights(batch)
         # TRL's entropy bonus would average over its masked tokens; with weights in place VEPO adds its own
         own_bonus = weights is not None and self._entropy_bonus_enabled
         self._pending_forward, self._token_weights = forward, weights
@@ -267,7 +267,7 @@ class VEPOTrainer(
             self._pending_forward, self._token_weights = None, None
             self._entropy_bonus_enabled = bonus_enabled
         if own_bonus:
-            loss = self._add_entropy_bonus(loss, forward[1], inputs, mode)
+            loss = self._add_entropy_bonus(loss, forward[1], batch, mode)
         return loss
 
     def _add_entropy_bonus(self, loss, entropies, inputs, mode: str):
@@ -277,7 +277,7 @@ class VEPOTrainer(
         unscaled = 1.0 if self.loss_type in TOKEN_COUNT_NORMALISED_LOSSES else accumulation
         policy_loss = loss.detach() * unscaled
         self._metrics[mode]["policy_loss"].append(self.accelerator.gather(policy_loss).nanmean().item())
-        valid = loss_mask(inputs)
+        valid = Batch.of(inputs).loss_mask
         scope = valid if self.args.entropy_scope == "all" else valid & inputs[SELECTION_KEY].bool()
         scope = scope.to(entropies.dtype)
         entropy = (entropies * scope).sum() / scope.sum().clamp(min=1.0) / accumulation

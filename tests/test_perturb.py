@@ -526,7 +526,7 @@ def test_gaussian_release_is_described_as_it_behaves(num_generations, effective)
 
 
 def test_grouped_tile_seeds_keep_the_content_seed_for_the_first_of_identical_tiles():
-    from vepo_trl.perturb import _grouped_tile_seeds, tile_seeds
+    from vepo_trl.perturb.seeds import _grouped_tile_seeds, tile_seeds
 
     a, b = torch.full((3, 4, 4), 0.5), torch.full((3, 4, 4), -0.25)
     tiles = torch.stack([a, a, b, a])

@@ -827,7 +827,7 @@ def _type_rules_file():
     digest = hashlib.sha256(
         b"".join(
             (here / name).read_bytes()
-            for name in ("validation.py", "config.py", "train.py", "scoring.py", "perturb.py")
+            for name in ("validation.py", "config.py", "train.py", "scoring.py", "perturb/registry.py")
         )
     )
     key += "-" + digest.hexdigest()[:12]

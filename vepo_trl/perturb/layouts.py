@@ -1,7 +1,4 @@
-"""Image perturbations for VEPO's counterfactual pass, applied to a processor's `pixel_values`.
-
-TRL keeps the processed `pixel_values` of a rollout, not the raw images, so the perturbations work there, on the
-normalised tensor, through a layout that knows its shape (`families` picks the layout of each model family):
+"""How a processor laid images out in `pixel_values`, and each layout's way of running a perturbation over them.
 
 - `PixelLayout`: flattened patch rows + `image_grid_thw`, each row one patch laid out as `(channel, temporal copy, P,
   P)`. For a still image the processor stores the frame twice (the two temporal copies), so pixel-space noise is
@@ -9,53 +6,46 @@ normalised tensor, through a layout that knows its shape (`families` picks the l
 - `ImageLayout`: whole normalised images or tiles `(..., C, H, W)`;
 - `PositionedPatchLayout`: padded patch rows addressed by `image_position_ids`.
 
-Which family uses which layout, with which options, is its module's (`vepo_trl/families/`).
-
-Why on the normalised tensor and not on the image before the processor: the processor's resize is the only step
-between the two, and it runs before normalisation, so un-normalising to [0, 1] (the rescaled image), perturbing,
-clamping and re-normalising equals perturbing the resized image and running the processor again, exactly, on every
-family; and the raw images are gone by the time VEPO scores a rollout. So each perturbation means the same on every
-family: `diffusion` the same [0, 1]-space noise per pixel of the image the vision tower sees, `black_image` and
-`mean_image` the same colours, `patch_blackout` the model's own patches (a row of `PixelLayout`, a `patch_size`
-square of an `ImageLayout` tile), `gaussian` the release's noise on the normalised values. Tiled families perturb
-each tile (a crop or the downscaled whole image) on its own: the noise per pixel is the same law whatever the tiling.
-
-Every perturbation is seeded per image from the image's own content, the base seed and the training step (a tile from
-its image's content and its position in it, so identical tiles get their own noise): a response sees the same
-perturbed image whichever rows share its batch or process. Inputs are never modified.
+Every layout follows one protocol (`PerturbationLayout`): `perturb` runs a perturbation function image by image,
+seeded per image (`seeds`). Which family uses which layout, with which options, is its module's
+(`vepo_trl/families/`).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from typing import Protocol
 
 import torch
 from transformers.utils.constants import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
 
-from .utils import stable_seed
+from .seeds import _content_seed, _grouped_tile_seeds, _tile_content, _tile_groups, image_seeds
 
-
-__all__ = [
-    "PixelLayout",
-    "ImageLayout",
-    "PositionedPatchLayout",
-    "tile_seeds",
-    "PERTURBATIONS",
-    "register_perturbation",
-    "get_perturbation",
-    "perturb_pixel_values",
-    "diffusion_alpha_bar",
-    "annealed_noise_step",
-    "image_seeds",
-    "patchify",
-    "RELEASE_NUM_GENERATIONS",
-]
 
 # OpenAI CLIP statistics (transformers' own constants), the defaults of `Qwen2VLImageProcessor`
 CLIP_MEAN, CLIP_STD = tuple(OPENAI_CLIP_MEAN), tuple(OPENAI_CLIP_STD)
+
+
+class PerturbationLayout(Protocol):
+    """What every layout gives the perturbations (`registry`): `perturb` runs a perturbation function over a batch's
+    `pixel_values` image by image (seeded per image), and the function reads one image's unit through the rest:
+    `to_unit` / `from_unit` ([0, 1] pixel space and back), `black`, `pixel_noise` (one draw per pixel of the image
+    the vision tower sees) and `patch_drop` (the model's own patches)."""
+
+    @property
+    def channels(self) -> int: ...
+
+    def perturb(self, fn, pixel_values: torch.Tensor, *, seed: int, step: int, params, **inputs) -> torch.Tensor: ...
+
+    def to_unit(self, unit: torch.Tensor) -> torch.Tensor: ...
+
+    def from_unit(self, unit: torch.Tensor, dtype: torch.dtype) -> torch.Tensor: ...
+
+    def black(self, unit: torch.Tensor) -> torch.Tensor: ...
+
+    def pixel_noise(self, unit: torch.Tensor, grid, generator: torch.Generator) -> torch.Tensor: ...
+
+    def patch_drop(self, unit: torch.Tensor, generator: torch.Generator, probability: float) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -121,6 +111,41 @@ class PixelLayout:
     def patch_drop(self, rows: torch.Tensor, generator: torch.Generator, probability: float) -> torch.Tensor:
         """`(R, 1)` bool: each of the model's patches (one row) dropped with `probability`."""
         return (torch.rand(rows.shape[0], generator=generator, device=rows.device) < probability).unsqueeze(-1)
+
+    # -- the layout protocol's `perturb` ---------------------------------------------------------------------------
+
+    def perturb(self, fn, pixel_values: torch.Tensor, *, seed: int, step: int, params, image_grid_thw=None, **_):
+        """Patch rows `(sum_i t*h*w, row_size)`, `image_grid_thw` saying which rows are which image: each image's
+        rows perturbed by `fn` at once, seeded from its content (`seeds.image_seeds`)."""
+        if image_grid_thw is None:
+            raise ValueError("Patch-row pixel_values need their image_grid_thw.")
+        if pixel_values.ndim != 2 or pixel_values.shape[1] != self.row_size:
+            raise ValueError(
+                f"Expected patch-row pixel_values of shape (rows, {self.row_size}), got {tuple(pixel_values.shape)}."
+            )
+        counts = self.row_counts(image_grid_thw)
+        if sum(counts) != pixel_values.shape[0]:
+            raise ValueError(
+                f"image_grid_thw accounts for {sum(counts)} rows but pixel_values has {pixel_values.shape[0]}."
+            )
+        seeds = image_seeds(pixel_values, image_grid_thw, seed, step)
+        perturbed = []
+        for rows, grid, image_seed in zip(pixel_values.split(counts), image_grid_thw.tolist(), seeds):
+            generator = torch.Generator(device=pixel_values.device).manual_seed(image_seed)
+            perturbed.append(fn(rows, grid, self, generator, **params))
+        return torch.cat(perturbed) if perturbed else pixel_values.clone()
+
+    def row_counts(self, image_grid_thw: torch.Tensor) -> list[int]:
+        """Rows per image of a still-image batch (`t = 1`, grids a multiple of `merge_size`)."""
+        if image_grid_thw.ndim != 2 or image_grid_thw.shape[-1] != 3:
+            raise ValueError(f"image_grid_thw must be (num_images, 3), got {tuple(image_grid_thw.shape)}.")
+        grids = image_grid_thw.tolist()
+        for t, h, w in grids:
+            if t != 1:
+                raise ValueError(f"Perturbations apply to still images (grid t = 1), got a grid with t = {t}.")
+            if h % self.merge_size or w % self.merge_size:
+                raise ValueError(f"Image grid ({h}, {w}) is not a multiple of merge_size {self.merge_size}.")
+        return [t * h * w for t, h, w in grids]
 
 
 @dataclass(frozen=True)
@@ -194,6 +219,16 @@ class ImageLayout:
         mask[: height // p * p, : width // p * p] = drop.repeat_interleave(p, 0).repeat_interleave(p, 1)
         return mask.unsqueeze(0)
 
+    def perturb(self, fn, pixel_values, *, seed: int, step: int, params, image_sizes=None, tile_groups=None,
+                pixel_attention_mask=None, **_):  # fmt: skip
+        """Tiles `(..., C, H, W)`, each perturbed on its own: `image_sizes` `(n, 2)` crops each image's padding off
+        when the layout says so; `tile_groups` counts the tiles of each response in a flat tile tensor (TRL's
+        `num_tiles`), so each tile is seeded from its image and its position there; `pixel_attention_mask` marks each
+        tile's real pixels where the layout crops by it."""
+        return _perturb_tiles(
+            fn, pixel_values, self, image_sizes, seed, step, params, tile_groups, pixel_attention_mask
+        )
+
 
 @dataclass(frozen=True)
 class PositionedPatchLayout:
@@ -251,6 +286,11 @@ class PositionedPatchLayout:
         p, c = self.patch_size, self.channels
         cells = image.reshape(c, image.shape[-2] // p, p, image.shape[-1] // p, p)[:, grid_rows, :, columns, :]
         return cells.permute(0, 2, 3, 1).reshape(-1, p * p * c)
+
+    def perturb(self, fn, pixel_values, *, seed: int, step: int, params, image_position_ids=None, **_):
+        """Padded patch rows `(n_images, max_patches, row_size)`, `image_position_ids` saying where each lies (-1:
+        padding): each image put back together, perturbed as one tile and cut into the same rows again."""
+        return _perturb_positioned(fn, pixel_values, self, image_position_ids, seed, step, params)
 
 
 def _crop_size(image_processor) -> tuple[int, int]:
@@ -321,115 +361,6 @@ def patchify(frame: torch.Tensor, layout: PixelLayout) -> torch.Tensor:
     return patches.reshape(grid_h * grid_w, layout.row_size)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Noise schedule
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-@lru_cache(maxsize=4)
-def _alpha_bars(num_steps: int) -> tuple[float, ...]:
-    # NoisyRollout's schedule: sigmoid-spaced betas from 1e-5 to 5e-3 over `num_steps`, abar = cumprod(1 - beta)
-    # cpu: a 1000-entry schedule read back as Python floats
-    betas = torch.sigmoid(torch.linspace(-6.0, 6.0, num_steps, dtype=torch.float64)) * (5e-3 - 1e-5) + 1e-5
-    return tuple(torch.cumprod(1.0 - betas, dim=0).tolist())
-
-
-def diffusion_alpha_bar(noise_step: int, num_steps: int = 1000) -> float:
-    """`abar_tau` of the paper's diffusion noise at 0-based step `tau` (tau=500: 0.7448)."""
-    if not 0 <= noise_step < num_steps:
-        raise ValueError(f"noise_step must be in [0, {num_steps - 1}], got {noise_step}.")
-    return _alpha_bars(num_steps)[noise_step]
-
-
-def annealed_noise_step(
-    training_step: int, total_steps: int, noise_step: int = 500, coefficient: float = 30.0, midpoint: int = 40
-) -> int:
-    """Sigmoid decay of the noise step over training (NoisyRollout): `int(tau0 * (1 - sigmoid(c (s - mid) / S)))`.
-
-    With tau0=500, c=30, mid=40 and 160 total steps: 499 at step 0, 250 at 40, 0 from 80 on.
-    """
-    if total_steps <= 0:
-        raise ValueError(f"total_steps must be positive to anneal the noise step, got {total_steps}.")
-    x = coefficient * (training_step - midpoint) / total_steps
-    # 1 - sigmoid(x) = sigmoid(-x), written so that neither branch overflows for large |x|
-    keep = 1.0 / (1.0 + math.exp(x)) if x <= 0 else math.exp(-x) / (1.0 + math.exp(-x))
-    return int(noise_step * keep)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Per-image seeds
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def _image_row_counts(image_grid_thw: torch.Tensor, layout: PixelLayout) -> list[int]:
-    if image_grid_thw.ndim != 2 or image_grid_thw.shape[-1] != 3:
-        raise ValueError(f"image_grid_thw must be (num_images, 3), got {tuple(image_grid_thw.shape)}.")
-    grids = image_grid_thw.tolist()
-    for t, h, w in grids:
-        if t != 1:
-            raise ValueError(f"Perturbations apply to still images (grid t = 1), got a grid with t = {t}.")
-        if h % layout.merge_size or w % layout.merge_size:
-            raise ValueError(f"Image grid ({h}, {w}) is not a multiple of merge_size {layout.merge_size}.")
-    return [t * h * w for t, h, w in grids]
-
-
-def image_seeds(pixel_values: torch.Tensor, image_grid_thw: torch.Tensor, seed: int, step: int) -> list[int]:
-    """One seed per image from its content (exact integer checksums, the same on any device and in any batch),
-    its grid, the base seed and the step."""
-    counts = image_grid_thw.prod(-1).tolist()
-    quantized = torch.round(pixel_values.detach().float() * 1024).long()
-    device = quantized.device
-    columns = torch.arange(1, quantized.shape[1] + 1, device=device)
-    # Every index tensor on the pixels' device: CUDA's index_select rejects a CPU index
-    image_index = torch.repeat_interleave(
-        torch.arange(len(counts), device=device), torch.tensor(counts, dtype=torch.long, device=device)
-    )
-    local_row = torch.cat([torch.arange(1, c + 1, device=device) for c in counts]) if counts else image_index
-    row_sum = quantized.sum(-1)
-    weighted = (quantized * columns).sum(-1) * local_row
-    totals = torch.zeros(len(counts), 2, dtype=torch.long, device=quantized.device)
-    totals.index_add_(0, image_index, torch.stack([row_sum, weighted], -1))
-    grids = image_grid_thw.tolist()
-    return [stable_seed(seed, step, grid, a, b) for grid, (a, b) in zip(grids, totals.tolist())]
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Registry
-# ---------------------------------------------------------------------------------------------------------------------
-
-# fn(rows (R_i, row_size), grid (t, h, w), layout, generator, **params) -> perturbed rows, one image at a time
-PerturbationFn = Callable[..., torch.Tensor]
-PERTURBATIONS: dict[str, PerturbationFn] = {}
-
-
-def register_perturbation(name: str):
-    """Register a perturbation under `name` (decorator). Registering a name twice is an error."""
-
-    def decorator(fn: PerturbationFn) -> PerturbationFn:
-        if name in PERTURBATIONS:
-            raise ValueError(f"A perturbation named {name!r} is already registered.")
-        PERTURBATIONS[name] = fn
-        return fn
-
-    return decorator
-
-
-def perturbation_reads(name: str) -> frozenset[str]:
-    """The settings a perturbation takes (`noise_step`, `sigma`, `patch_probability`, ...): its keyword-only
-    parameters, as its function declares them."""
-    import inspect
-
-    parameters = inspect.signature(get_perturbation(name)).parameters.values()
-    return frozenset(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
-
-
-def get_perturbation(name: str) -> PerturbationFn:
-    try:
-        return PERTURBATIONS[name]
-    except KeyError:
-        raise ValueError(f"Unknown perturbation {name!r}. Valid perturbations: {sorted(PERTURBATIONS)}.") from None
-
-
 def _pixel_noise(grid: list[int], layout: PixelLayout, generator: torch.Generator, device) -> torch.Tensor:
     # Standard normal noise per pixel of the resized frame, patchified like the processor (shared by temporal copies)
     _, grid_h, grid_w = grid
@@ -437,108 +368,6 @@ def _pixel_noise(grid: list[int], layout: PixelLayout, generator: torch.Generato
         (layout.channels, grid_h * layout.patch_size, grid_w * layout.patch_size), generator=generator, device=device
     )
     return patchify(frame, layout).view(-1, layout.channels, layout.row_size // layout.channels)
-
-
-@register_perturbation("diffusion")
-def diffusion_noise(rows, grid, layout, generator, *, noise_step: int = 500, **_):
-    """The paper's perturbation: `I' = sqrt(abar) I + sqrt(1 - abar) eps` in [0, 1] pixel space, clamped."""
-    alpha_bar = diffusion_alpha_bar(noise_step)
-    unit = layout.to_unit(rows)
-    noise = layout.pixel_noise(rows, grid, generator)
-    noisy = (math.sqrt(alpha_bar) * unit + math.sqrt(1.0 - alpha_bar) * noise).clamp_(0.0, 1.0)
-    return layout.from_unit(noisy, rows.dtype)
-
-
-@register_perturbation("gaussian")
-def gaussian_noise(rows, grid, layout, generator, *, sigma: float = 2.0, **_):
-    """The authors' released code: `N(0, sigma^2)` added to the normalised values, no clamp, no schedule."""
-    noise = torch.randn(rows.shape, generator=generator, device=rows.device, dtype=torch.float32)
-    return (rows.float() + sigma * noise).to(rows.dtype)
-
-
-# Rollouts per prompt in the authors' released scripts (`worker.rollout.n=12`)
-RELEASE_NUM_GENERATIONS = 12
-
-
-@register_perturbation("gaussian_release")
-def gaussian_release_noise(
-    rows, grid, layout, generator, *, sigma: float = 2.0, num_generations: int = RELEASE_NUM_GENERATIONS, **_
-):
-    """The release as it actually runs: noise accumulated once per rollout, `N(0, (sigma * sqrt(n))^2)`, n the
-    rollouts per prompt (`num_generations`; 12 in the paper, 6.93 at sigma 2)."""
-    # In the release (commit 4247308) a prompt's n rollouts share one input dict and each adds N(0, sigma^2) to the
-    # same `pixel_values` in place, so the image is scored with the sum of n draws (std sigma * sqrt(n): 6.93 for
-    # sigma 2, n 12), and all n rollouts see that one noisy image. Seeding per image content already gives every
-    # rollout of a prompt the same draw here.
-    return gaussian_noise(rows, grid, layout, generator, sigma=sigma * math.sqrt(num_generations))
-
-
-@register_perturbation("mean_image")
-def mean_image(rows, grid, layout, generator, **_):
-    """The release's "masked image": zeros in normalised space, i.e. every pixel at the dataset mean colour."""
-    return torch.zeros_like(rows)
-
-
-@register_perturbation("black_image")
-def black_image(rows, grid, layout, generator, **_):
-    """Every pixel black (0 in [0, 1] space)."""
-    return layout.black(rows).clone()
-
-
-@register_perturbation("patch_blackout")
-def patch_blackout(rows, grid, layout, generator, *, patch_probability: float = 0.5, **_):
-    """Each of the model's patches (its vision tower's patch size, e.g. 14x14 or 16x16) blacked out with probability
-    `patch_probability` (VPPO: 0.5, PAPO: 0.6)."""
-    return torch.where(layout.patch_drop(rows, generator, patch_probability), layout.black(rows), rows)
-
-
-def _tile_content(tile: torch.Tensor) -> tuple[tuple[int, ...], int, int]:
-    """A tile's `(C, H, W)` shape and exact integer checksums of its pixels (as `image_seeds`)."""
-    quantized = torch.round(tile.detach().float() * 1024).long().flatten()
-    positions = torch.arange(1, quantized.numel() + 1, device=quantized.device)
-    return tuple(tile.shape), int(quantized.sum()), int((quantized * positions).sum())
-
-
-def _content_seed(seed: int, step: int, content: tuple, repeat: int = 0) -> int:
-    shape, total, weighted = content
-    return stable_seed(seed, step, list(shape), total, weighted, *((repeat,) if repeat else ()))
-
-
-def tile_seeds(tiles: torch.Tensor, seed: int, step: int) -> list[int]:
-    """One seed per tile `(N, C, H, W)` from its content (exact integer checksums, as `image_seeds`), its shape, the
-    base seed and the step."""
-    return [_content_seed(seed, step, _tile_content(tile)) for tile in tiles]
-
-
-def _tile_groups(pixel_values: torch.Tensor, tile_groups: list[int] | None) -> list[int]:
-    """How many consecutive tiles make one image (or one response's images): the leading entry of a 5-D tensor
-    (tiles per sample: a response; any-res crops: an image), else `tile_groups` (a flat run of tiles counted per
-    response), else one tile each (whole images: one tile per image)."""
-    count = math.prod(pixel_values.shape[:-3])
-    if pixel_values.ndim >= 5:
-        return [math.prod(pixel_values.shape[1:-3])] * pixel_values.shape[0]
-    if tile_groups is not None:
-        if sum(tile_groups) != count:
-            raise ValueError(f"tile groups {list(tile_groups)} do not add up to the {count} tiles in pixel_values.")
-        return list(tile_groups)
-    return [1] * count
-
-
-def _grouped_tile_seeds(tiles, sizes, groups: list[int], seed: int, step: int) -> list[int]:
-    """One seed per tile from its content (exact integer checksums of its own pixels, as `tile_seeds`) and, where
-    its image (or response) holds identical tiles before it, how many: a diagram's white background tiles get their
-    own noise. Seeds depend on nothing after the tile nor outside its group (another image, padding, the batch)."""
-    seeds, start = [], 0
-    for size in groups:
-        seen: dict[tuple, int] = {}
-        for index in range(start, start + size):
-            h, w = sizes[index]
-            content = _tile_content(tiles[index, :, :h, :w])
-            repeat = seen.get(content, 0)
-            seen[content] = repeat + 1
-            seeds.append(_content_seed(seed, step, content, repeat))  # the first of identical tiles: `tile_seeds`'
-        start += size
-    return seeds
 
 
 def _real_sizes(tiles: torch.Tensor, layout: ImageLayout, image_sizes, pixel_mask) -> list[tuple[int, int]]:
@@ -643,58 +472,3 @@ def _perturb_positioned(fn, pixel_values, layout: PositionedPatchLayout, positio
         perturbed = fn(image, None, tile_layout, generator, **params)
         out[index, real] = layout.to_rows(perturbed, columns, grid_rows).to(out.dtype)
     return out
-
-
-def perturb_pixel_values(
-    name: str,
-    pixel_values: torch.Tensor,
-    image_grid_thw: torch.Tensor | None,
-    layout: PixelLayout | ImageLayout | PositionedPatchLayout | None = None,
-    *,
-    seed: int = 0,
-    step: int = 0,
-    image_sizes: torch.Tensor | None = None,
-    tile_groups: list[int] | None = None,
-    pixel_attention_mask: torch.Tensor | None = None,
-    image_position_ids: torch.Tensor | None = None,
-    **params,
-) -> torch.Tensor:
-    """Perturb every image in a batch's `pixel_values` with the named perturbation.
-
-    With a `PixelLayout`, `pixel_values` are patch rows `(sum_i t*h*w, row_size)` and
-    `image_grid_thw` says which rows are which image; with an `ImageLayout` (every other family), `pixel_values`
-    are `(..., C, H, W)` tiles, each perturbed on its own (`image_grid_thw` is not used; `image_sizes` `(n, 2)` crops
-    each image's padding off when the layout says so; `tile_groups` counts the tiles of each response in a flat tile
-    tensor, TRL's `num_tiles`, so that each tile is seeded from its image and its position there;
-    `pixel_attention_mask` marks each tile's real pixels where the layout crops by it). With a
-    `PositionedPatchLayout`, `pixel_values` are padded patch rows `(n_images, max_patches, row_size)` and
-    `image_position_ids` says where each lies (-1: padding).
-    `params` go to the
-    perturbation (`noise_step`, `sigma`, `patch_probability`); ones it does not use are ignored. Returns a new tensor
-    of the same shape and dtype.
-    """
-    layout = layout or PixelLayout()
-    fn = get_perturbation(name)
-    if isinstance(layout, PositionedPatchLayout):
-        return _perturb_positioned(fn, pixel_values, layout, image_position_ids, seed, step, params)
-    if isinstance(layout, ImageLayout):
-        return _perturb_tiles(
-            fn, pixel_values, layout, image_sizes, seed, step, params, tile_groups, pixel_attention_mask
-        )
-    if image_grid_thw is None:
-        raise ValueError("Patch-row pixel_values need their image_grid_thw.")
-    if pixel_values.ndim != 2 or pixel_values.shape[1] != layout.row_size:
-        raise ValueError(
-            f"Expected patch-row pixel_values of shape (rows, {layout.row_size}), got {tuple(pixel_values.shape)}."
-        )
-    counts = _image_row_counts(image_grid_thw, layout)
-    if sum(counts) != pixel_values.shape[0]:
-        raise ValueError(
-            f"image_grid_thw accounts for {sum(counts)} rows but pixel_values has {pixel_values.shape[0]}."
-        )
-    seeds = image_seeds(pixel_values, image_grid_thw, seed, step)
-    perturbed = []
-    for rows, grid, image_seed in zip(pixel_values.split(counts), image_grid_thw.tolist(), seeds):
-        generator = torch.Generator(device=pixel_values.device).manual_seed(image_seed)
-        perturbed.append(fn(rows, grid, layout, generator, **params))
-    return torch.cat(perturbed) if perturbed else pixel_values.clone()

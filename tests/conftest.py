@@ -22,6 +22,58 @@ from vepo_trl.builtin.tiny_models import save_tiny_qwen2_5_vl  # noqa: E402
 torch.set_num_threads(1)
 
 
+@pytest.fixture
+def nothing_loads(monkeypatch, tmp_path_factory):
+    """`vepo-trl train` fails the test if it gets as far as loading a model or a data set (its input checks come
+    first); the session's cache folder."""
+    import vepo_trl.train as train_module
+
+    monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path_factory.getbasetemp() / "vepo-cache"))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model or data set was loaded before the input was checked")
+
+    monkeypatch.setattr(train_module, "load_model", refuse)
+    monkeypatch.setattr(train_module, "load_dataset_split", refuse)
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    """`vepo-trl train` fails the test if it gets as far as loading a model (the data set may load: its rows are
+    checked there)."""
+    import vepo_trl.train as train_module
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the input was checked")
+
+    monkeypatch.setattr(train_module, "load_model", refuse)
+
+
+@pytest.fixture
+def model_card_left_as_it_was(tiny_model_dir):
+    """`vepo-trl eval` writes complete results into the model folder's card: the session's shared tiny model keeps
+    none between tests (tests/test_hub_push.py checks the card itself)."""
+    from pathlib import Path
+
+    card = Path(tiny_model_dir) / "README.md"
+    before = card.read_bytes() if card.exists() else None
+    yield
+    if before is None:
+        card.unlink(missing_ok=True)
+    else:
+        card.write_bytes(before)
+
+
+@pytest.fixture
+def openai_server():
+    """An OpenAI-compatible judge on 127.0.0.1 (`support.FakeOpenAI`), closed after the test."""
+    from tests.support import FakeOpenAI
+
+    fake = FakeOpenAI()
+    yield fake
+    fake.close()
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A saved tiny Qwen2.5-VL (model + processor), loadable with `from_pretrained` like a Hub id."""

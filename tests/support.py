@@ -324,6 +324,22 @@ COMPLETIONS_PER_STEP = 128 * 12  # 128 prompts x 12 samples per optimiser step
 
 # from test_recipes.py
 RECIPES = REPO / "recipes"
+# The demo's recipe, which every command-line test starts from
+TINY_RECIPE = str(RECIPES / "tiny" / "config_vepo.yaml")
+
+
+def record_rollouts(trainer, clone: bool = False) -> list[dict]:
+    """Every generation batch `trainer` makes from now on (copies of its tensors with `clone`), in order."""
+    outputs = []
+    generate = trainer._generate_and_score_completions
+
+    def recording(inputs):
+        output = generate(inputs)
+        outputs.append({k: v.clone() if torch.is_tensor(v) else v for k, v in output.items()} if clone else output)
+        return output
+
+    trainer._generate_and_score_completions = recording
+    return outputs
 
 
 @pytest.fixture(autouse=True)

@@ -48,7 +48,7 @@ PROCESSORS = {"llava-next": llava_next, "llava-onevision": llava_onevision}
 SIZES = [(1280, 720), (300, 1200), (20, 20), (448, 448)]  # (width, height) as PIL takes them
 
 
-def picture(width, height):
+def colour_picture(width, height):
     """A picture with no black pixel (so any black pixel in a crop is the processor's letterbox)."""
     image = Image.new("RGB", (width, height), (200, 60, 40))
     for x in range(0, width, 7):
@@ -69,7 +69,7 @@ def real_mask(box, shape):
 @pytest.mark.parametrize("size", SIZES)
 def test_letterbox_stays_and_the_image_is_perturbed(family, size):
     processor = PROCESSORS[family]()
-    encoded = processor(images=[picture(*size)], return_tensors="pt")
+    encoded = processor(images=[colour_picture(*size)], return_tensors="pt")
     pixel_values, image_sizes = encoded["pixel_values"], encoded["image_sizes"]
     layout = ImageLayout.from_image_processor(processor, 14)
     boxes = anyres_boxes(tuple(image_sizes[0].tolist()), layout.grid_pinpoints, layout.crop_size)
@@ -100,7 +100,7 @@ def test_letterbox_stays_and_the_image_is_perturbed(family, size):
 @pytest.mark.parametrize("family", list(PROCESSORS))
 def test_an_image_is_perturbed_alike_alone_and_batched(family):
     processor = PROCESSORS[family]()
-    images = [picture(1280, 720), picture(300, 1200)]
+    images = [colour_picture(1280, 720), colour_picture(300, 1200)]
     layout = ImageLayout.from_image_processor(processor, 14)
     together = processor(images=images, return_tensors="pt")
     both = perturb_pixel_values(

@@ -15,31 +15,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from trl import ModelConfig
 
-import vepo_trl.train as train_module
 from vepo_trl.config import VEPOConfig
 from vepo_trl.families import NOT_YET
 from vepo_trl.train import VEPOScriptArguments
 from vepo_trl.validation import COMBINATIONS, RANGES, rules_for
 
-from .support import assert_one_error_line, run_cli
+from .support import REPO, TINY_RECIPE, assert_one_error_line, run_cli
 
 
-REPO = Path(__file__).resolve().parents[1]
-TINY_RECIPE = str(REPO / "recipes" / "tiny" / "config_vepo.yaml")
+pytestmark = pytest.mark.usefixtures("nothing_loads")
 EXAMPLES = int(os.environ.get("VEPO_HYPOTHESIS_EXAMPLES", "1"))
 CLASSES = (VEPOConfig, VEPOScriptArguments, ModelConfig)
 RULES = rules_for(*CLASSES)
-
-
-@pytest.fixture(autouse=True)
-def nothing_loads(monkeypatch, tmp_path_factory):
-    monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path_factory.getbasetemp() / "vepo-cache"))
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before the input was checked")
-
-    monkeypatch.setattr(train_module, "load_model", refuse)
-    monkeypatch.setattr(train_module, "load_dataset_split", refuse)
 
 
 def train_argv(output_dir, *flags):

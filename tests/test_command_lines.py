@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 import vepo_trl.train as train_module
 from vepo_trl.cli import main as cli_main
 
+from .support import TINY_RECIPE
 
-REPO = Path(__file__).resolve().parents[1]
-TINY_RECIPE = str(REPO / "recipes" / "tiny" / "config_vepo.yaml")
+
 EXAMPLES = int(os.environ.get("VEPO_HYPOTHESIS_EXAMPLES", "12"))
 
 

@@ -24,11 +24,9 @@ from vepo_trl.cli import main as cli_main
 from vepo_trl.options import option, parser_for
 from vepo_trl.validation import TEXT
 
-from .support import assert_one_error_line, snapshot
+from .support import REPO, TINY_RECIPE, assert_one_error_line, snapshot
 
 
-REPO = Path(__file__).resolve().parents[1]
-TINY_RECIPE = str(REPO / "recipes" / "tiny" / "config_vepo.yaml")
 EXAMPLES = int(os.environ.get("VEPO_HYPOTHESIS_EXAMPLES", "25"))
 LONG_NAME = "n" * 300
 REAL_LOAD_SPLIT = train_module.load_dataset_split
@@ -60,7 +58,7 @@ def options(command: str) -> dict[str, argparse.Action]:
 
 
 @pytest.fixture(autouse=True)
-def nothing_loads(monkeypatch, tmp_path_factory):
+def every_command_stops_at_loading(monkeypatch, tmp_path_factory):
     """Every place a command loads a model, data or starts its work raises `Reached`."""
     from vepo_trl.builtin import warm_start
     from vepo_trl.eval import run as eval_run

@@ -18,19 +18,7 @@ STANDIN_SIZES = {"geometry3k": 4, "mmk12": 3, "hallusionbench": 4, "mathvista": 
                  "mathvision": 2}  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def model_card_left_as_it_was(tiny_model_dir):
-    """`vepo-trl eval` writes complete results into the model folder's card: the session's shared tiny model keeps
-    none between tests (tests/test_hub_push.py checks the card itself)."""
-    from pathlib import Path
-
-    card = Path(tiny_model_dir) / "README.md"
-    before = card.read_bytes() if card.exists() else None
-    yield
-    if before is None:
-        card.unlink(missing_ok=True)
-    else:
-        card.write_bytes(before)
+pytestmark = pytest.mark.usefixtures("model_card_left_as_it_was")
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-r"""The paper protocol against a real HTTP server on 127.0.0.1 speaking OpenAI's chat-completions API, through the
+r"""The paper protocol against a real HTTP openai_server on 127.0.0.1 speaking OpenAI's chat-completions API, through the
 `openai` client: quoted model outputs replayed through each of the release's judge procedures (Leonnnnnn929/VEPO
 @4247308 eval/utils/model_parser.py `llm_eval_score`), asserting the verdicts that code gives for the judge's
 scripted replies, beside the lenient judge's and the rule's. Geometry3K against mathruler on generated answers.
@@ -25,23 +25,16 @@ from vepo_trl.eval.paper import (
 )
 from vepo_trl.eval.standins import MATHVISTA_QUERY_1
 
-from .support import SECRET, FakeOpenAI
+from .support import SECRET
 
 
 @pytest.fixture
-def server():
-    fake = FakeOpenAI()
-    yield fake
-    fake.close()
-
-
-@pytest.fixture
-def judge(server, monkeypatch):
+def judge(openai_server, monkeypatch):
     monkeypatch.setenv("VEPO_TEST_JUDGE_KEY", SECRET)
-    return LLMJudge("gpt-4o-mini", base_url=server.base_url, api_key_env="VEPO_TEST_JUDGE_KEY", max_retries=0)
+    return LLMJudge("gpt-4o-mini", base_url=openai_server.base_url, api_key_env="VEPO_TEST_JUDGE_KEY", max_retries=0)
 
 
-def scripted(server, replies):
+def scripted(openai_server, replies):
     """Reply `replies[key]` to the prompt whose model-response part holds `key` (the release's prompts put it last)."""
 
     def respond(prompt):
@@ -53,7 +46,7 @@ def scripted(server, replies):
                 return reply
         raise AssertionError(f"unscripted prompt tail: {tail[:120]!r}")
 
-    server.respond = respond
+    openai_server.respond = respond
 
 
 def record(benchmark, completion, gold, question="", choices=None):
@@ -87,19 +80,19 @@ MATHVISTA_CASES = [
 @pytest.mark.parametrize("benchmark", ["mathvista", "mathvision"])
 @pytest.mark.parametrize("response, gold, choices, extraction, lenient, expected", MATHVISTA_CASES)
 def test_mathvista_and_mathvision_extract_then_exact_match(
-    benchmark, response, gold, choices, extraction, lenient, expected, server, judge
+    benchmark, response, gold, choices, extraction, lenient, expected, openai_server, judge
 ):
     rec = record(benchmark, response, gold, MATHVISTA_QUERY_1, choices)
-    scripted(server, {response: extraction})
+    scripted(openai_server, {response: extraction})
     paper = grade_one("paper", rec, judge)
     assert (paper.correct, paper.extracted, paper.error) == (expected["paper"], extraction, None)
     # One request: the release's extraction prompt, which holds the query (hint, choices) and never the gold
-    (request,) = server.requests
+    (request,) = openai_server.requests
     prompt = request["body"]["messages"][0]["content"]
     assert prompt == build_extract_prompt(response, MATHVISTA_QUERY_1)
     assert request["body"]["temperature"] == 0.0 and "max_tokens" not in request["body"]
     assert "one decimal place" in prompt and prompt.endswith(f"Model respone: {response}Extracted answer:")
-    scripted(server, {response: lenient})
+    scripted(openai_server, {response: lenient})
     assert verdicts(rec, judge) | {"paper": paper.correct} == expected
 
 
@@ -110,12 +103,12 @@ MATHVERSE_QUESTION = (
 )
 
 
-def test_mathverse_boxed_answer_goes_straight_to_the_scoring_prompt(server, judge):
+def test_mathverse_boxed_answer_goes_straight_to_the_scoring_prompt(openai_server, judge):
     response = "<think>angle C = 40, CED = 180 - 40</think> \\boxed{D}"
-    scripted(server, {"D\n": "1"})
+    scripted(openai_server, {"D\n": "1"})
     verdict = grade_one("paper", record("mathverse", response, "D", MATHVERSE_QUESTION), judge)
     assert (verdict.correct, verdict.extracted) == (True, "D")
-    (request,) = server.requests  # no extraction call: the box was read by the release's regex
+    (request,) = openai_server.requests  # no extraction call: the box was read by the release's regex
     assert request["body"]["messages"][0]["content"] == build_score_prompt(MATHVERSE_QUESTION, "D", "D")
     assert (
         f"[Question]: {MATHVERSE_QUESTION}\n    [Standard Answer]: D\n    [Model_answer]: D\n"
@@ -123,33 +116,33 @@ def test_mathverse_boxed_answer_goes_straight_to_the_scoring_prompt(server, judg
     )
 
 
-def test_mathverse_nested_braces_are_cut_by_the_release_regex(server, judge):
+def test_mathverse_nested_braces_are_cut_by_the_release_regex(openai_server, judge):
     # `\\boxed{([^}]+)}` stops at the first "}": the scorer sees "\frac{1", and says 0; the rule reads the whole box
     response = "<think>...</think> \\boxed{\\frac{1}{2}}"
     assert release_boxed(response) == "\\frac{1"
-    scripted(server, {"\\frac{1\n": "0"})
+    scripted(openai_server, {"\\frac{1\n": "0"})
     rec = record("mathverse", response, "0.5", "Find the ratio.")
     assert grade_one("paper", rec, judge).correct is False
     assert rule_grade(response, "0.5") == ("\\frac{1}{2}", True)
 
 
-def test_mathverse_unboxed_answer_is_extracted_by_the_judge_then_scored(server, judge):
+def test_mathverse_unboxed_answer_is_extracted_by_the_judge_then_scored(openai_server, judge):
     response = "<think>...</think> Therefore angle CED = 140°, which is option D."
-    scripted(server, {f"'{response}'": "D", "D\n": "1"})
+    scripted(openai_server, {f"'{response}'": "D", "D\n": "1"})
     verdict = grade_one("paper", record("mathverse", response, "D", MATHVERSE_QUESTION), judge)
     assert (verdict.correct, verdict.extracted, verdict.note) == (True, "D", "extracted by the judge")
-    extract, score = (r["body"]["messages"][0]["content"] for r in server.requests)
+    extract, score = (r["body"]["messages"][0]["content"] for r in openai_server.requests)
     assert extract == build_mathverse_extract_prompt(response) and score == build_score_prompt(
         MATHVERSE_QUESTION, "D", "D"
     )
     assert rule_grade(response, "D", ["40°", "60°", "120°", "140°"]) == (None, False)  # the rule needs a box
 
 
-def test_mathverse_three_unusable_scores_are_zero_as_released(server, judge):
-    scripted(server, {"7\n": "The answer is consistent."})
+def test_mathverse_three_unusable_scores_are_zero_as_released(openai_server, judge):
+    scripted(openai_server, {"7\n": "The answer is consistent."})
     verdict = grade_one("paper", record("mathverse", "\\boxed{7}", "7", "q"), judge)
     assert verdict.correct is False and verdict.error is None and "no 0/1 in 3 replies" in verdict.note
-    assert len(server.requests) == 3
+    assert len(openai_server.requests) == 3
 
 
 # -- We-Math: one letter extracted, then an exact match --------------------------------------------------------------
@@ -169,47 +162,47 @@ WEMATH_QUESTION = "what is the area of the flower bed (  ) m²?(π = 3.14)\n\nOp
         ("<think>...</think> \\boxed{A}", "A", {"rule": False, "lenient": False, "paper": False}),
     ],
 )
-def test_wemath_single_letter(response, extraction, expected, server, judge):
+def test_wemath_single_letter(response, extraction, expected, openai_server, judge):
     rec = record("wemath", response, "B", WEMATH_QUESTION, ["200.96", "3215.36", "6280"])
-    scripted(server, {response: extraction})
+    scripted(openai_server, {response: extraction})
     paper = grade_one("paper", rec, judge)
-    (request,) = server.requests
+    (request,) = openai_server.requests
     assert request["body"]["messages"][0]["content"] == build_wemath_extract_prompt(response, WEMATH_QUESTION)
     assert "<image>" not in request["body"]["messages"][0]["content"]
     lenient = "Extracted: B\nJudgement: 1" if expected["lenient"] else "Extracted: A\nJudgement: 0"
-    scripted(server, {response: lenient})
+    scripted(openai_server, {response: lenient})
     assert verdicts(rec, judge) | {"paper": paper.correct} == expected
 
 
 # -- MMK12: MM-EUREKA's yes/no judge -----------------------------------------------------------------------------------
 
 
-def test_mmk12_yes_no_judge_retries_with_rising_temperature(server, judge):
-    scripted(server, {"\\boxed{B}": "Yes", "\\boxed{C}": "It is hard to say."})
+def test_mmk12_yes_no_judge_retries_with_rising_temperature(openai_server, judge):
+    scripted(openai_server, {"\\boxed{B}": "Yes", "\\boxed{C}": "It is hard to say."})
     right = grade_one("paper", record("mmk12", "<think>...</think> \\boxed{B}", "B", "Which angle?"), judge)
-    assert right.correct is True and len(server.requests) == 1
-    body = server.requests[0]["body"]
+    assert right.correct is True and len(openai_server.requests) == 1
+    body = openai_server.requests[0]["body"]
     assert body["messages"][0]["content"] == MMK12_PROMPT.format(
         question="Which angle?", answer="B", solution="<think>...</think> \\boxed{B}"
     )
     assert body["max_tokens"] == 256 and body["temperature"] == 0.0
-    server.requests.clear()
+    openai_server.requests.clear()
     unclear = grade_one("paper", record("mmk12", "\\boxed{C}", "B", "Which angle?"), judge)
     assert unclear.correct is False and unclear.error is None  # MM-EUREKA's fallback is "no"
-    assert [r["body"]["temperature"] for r in server.requests] == [0.0, 0.5, 1.0, 1.5, 2.0]
+    assert [r["body"]["temperature"] for r in openai_server.requests] == [0.0, 0.5, 1.0, 1.5, 2.0]
 
 
 # -- Judge failures are errors, never verdicts -------------------------------------------------------------------------
 
 
-def test_judge_failure_is_an_error_and_is_graded_again(server, judge):
+def test_judge_failure_is_an_error_and_is_graded_again(openai_server, judge):
     records = [record("mathvista", "\\boxed{1.2}", "1.2", MATHVISTA_QUERY_1),
                record("mathverse", "\\boxed{D}", "D", MATHVERSE_QUESTION)]  # fmt: skip
-    server.respond = lambda prompt: "500"
+    openai_server.respond = lambda prompt: "500"
     assert grade_records(records, "paper", judge, workers=2) == 2
     assert [r["verdicts"]["paper"]["correct"] for r in records] == [None, None]
     assert [r["verdicts"]["paper"]["error"] for r in records] == ["HTTP 500", "HTTP 500"]
-    scripted(server, {"\\boxed{1.2}": "1.2", "D\n": "1"})
+    scripted(openai_server, {"\\boxed{1.2}": "1.2", "D\n": "1"})
     assert grade_records(records, "paper", judge) == 2  # both again
     assert [r["verdicts"]["paper"]["correct"] for r in records] == [True, True]
     assert grade_records(records, "paper", judge) == 0  # nothing left to grade

@@ -13,17 +13,7 @@ from vepo_trl.eval.run import generate_rows, release_image
 from .support import FAST, SECRET, FakeOpenAI, lines
 
 
-@pytest.fixture(autouse=True)
-def model_card_left_as_it_was(tiny_model_dir):
-    from pathlib import Path
-
-    card = Path(tiny_model_dir) / "README.md"
-    before = card.read_bytes() if card.exists() else None
-    yield
-    if before is None:
-        card.unlink(missing_ok=True)
-    else:
-        card.write_bytes(before)
+pytestmark = pytest.mark.usefixtures("model_card_left_as_it_was")
 
 
 @pytest.mark.parametrize("size", [(20, 4000), (2, 400), (4000, 20), (10, 2000)])

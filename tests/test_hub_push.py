@@ -12,15 +12,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from .hub_standin.server import HubStandin
-
-
-REPO = Path(__file__).resolve().parents[1]
-TINY_RECIPE = str(REPO / "recipes" / "tiny" / "config_vepo.yaml")
+from .support import REPO, TINY_RECIPE
 
 
 @pytest.fixture
@@ -41,7 +37,7 @@ def hub_env(hub, tmp_path):
     }
 
 
-def train(hub, tmp_path, *flags, steps=2):
+def train_and_push(hub, tmp_path, *flags, steps=2):
     output = tmp_path / "run"
     command = [
         sys.executable, "-m", "vepo_trl", "train", "--config", TINY_RECIPE, "--output_dir", str(output),
@@ -61,7 +57,9 @@ def assert_same_files(hub, output, names):
 
 @pytest.mark.slow
 def test_training_pushes_model_processor_and_card_at_every_save(hub, tmp_path):
-    output = train(hub, tmp_path, "--save_strategy", "steps", "--save_steps", "1", "--hub_strategy", "every_save")
+    output = train_and_push(
+        hub, tmp_path, "--save_strategy", "steps", "--save_steps", "1", "--hub_strategy", "every_save"
+    )
     files = hub.files("tester/tiny-vepo")
     assert_same_files(hub, output, ["model.safetensors", "config.json", "processor_config.json", "tokenizer.json"])
     assert "model.safetensors" in hub.lfs_paths("tester/tiny-vepo")  # weights through the LFS protocol
@@ -76,7 +74,7 @@ def test_training_pushes_model_processor_and_card_at_every_save(hub, tmp_path):
 
 @pytest.mark.slow
 def test_checkpoint_strategy_pushes_the_last_checkpoint_to_resume_from(hub, tmp_path):
-    train(hub, tmp_path, "--save_strategy", "steps", "--save_steps", "1", "--hub_strategy", "checkpoint")
+    train_and_push(hub, tmp_path, "--save_strategy", "steps", "--save_steps", "1", "--hub_strategy", "checkpoint")
     files = hub.files("tester/tiny-vepo")
     state = json.loads(files["last-checkpoint/trainer_state.json"])
     assert state["global_step"] == 2
@@ -86,7 +84,9 @@ def test_checkpoint_strategy_pushes_the_last_checkpoint_to_resume_from(hub, tmp_
 
 @pytest.mark.slow
 def test_a_peft_adapter_is_pushed_without_the_base_weights(hub, tmp_path):
-    output = train(hub, tmp_path, "--use_peft", "true", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj")
+    output = train_and_push(
+        hub, tmp_path, "--use_peft", "true", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj"
+    )
     files = hub.files("tester/tiny-vepo")
     assert_same_files(hub, output, ["adapter_model.safetensors", "adapter_config.json"])
     assert "model.safetensors" not in files

@@ -9,13 +9,13 @@ from PIL import Image
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOTrainer
 
-from vepo_trl import VEPOConfig, VEPOTrainer
+from vepo_trl import VEPOTrainer
 from vepo_trl.batch import multimodal_inputs, sequence, take_rows
 from vepo_trl.builtin.tiny_models import TINY_FAMILIES, layout_signature, one_per_layout, takes
 from vepo_trl.data import synthetic_training_dataset
 from vepo_trl.trl_compat.forward import image_safe_forward
 
-from .support import first_batch, length_reward
+from .support import first_batch, length_reward, make_config
 
 
 def _text_only_beside_images() -> Dataset:
@@ -49,18 +49,18 @@ def mixed():
     return Dataset.from_list(rows, features=visual.features)
 
 
-def config(tmp_path, **overrides):
-    values = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2,
-                  max_completion_length=8, max_steps=2, learning_rate=1e-2, logging_steps=1, report_to="none",
-                  save_strategy="no", use_cpu=True, bf16=False, seed=0, disable_tqdm=True)  # fmt: skip
-    values.update(overrides)
-    return VEPOConfig(**values)
+def mixed_config(tmp_path, **overrides):
+    """`support.make_config` at this module's sizes: two prompts of two completions, 8 new tokens."""
+    values = dict(per_device_train_batch_size=2, num_generations=2, max_completion_length=8, disable_tqdm=True)
+    return make_config(tmp_path, **{**values, **overrides})
 
 
 @pytest.mark.parametrize(("accumulation", "per_generation"), ARITHMETIC, ids=[f"ga{a}-spg{s}" for a, s in ARITHMETIC])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_mixed_data_trains_at_every_batch_arithmetic(tiny_dirs, mixed, tmp_path, family, accumulation, per_generation):
-    args = config(tmp_path, gradient_accumulation_steps=accumulation, steps_per_generation=per_generation, max_steps=4)
+    args = mixed_config(
+        tmp_path, gradient_accumulation_steps=accumulation, steps_per_generation=per_generation, max_steps=4
+    )
     trainer = VEPOTrainer(model=tiny_dirs[family], reward_funcs=length_reward, args=args, train_dataset=mixed)
     trainer.remove_callback(PrinterCallback)
     slices = []
@@ -87,7 +87,7 @@ def _row_alone(trainer, forward, inputs, row):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_each_rows_log_probs_equal_its_forward_alone(tiny_dirs, mixed, tmp_path, family):
     trainer = VEPOTrainer(model=tiny_dirs[family], reward_funcs=length_reward, train_dataset=mixed,
-                          args=config(tmp_path, per_device_train_batch_size=8, shuffle_dataset=False))  # fmt: skip
+                          args=mixed_config(tmp_path, per_device_train_batch_size=8, shuffle_dataset=False))  # fmt: skip
     inputs = first_batch(trainer)
     has_image = [n > 0 for n in inputs["num_images"]]
     assert any(has_image) and not all(has_image)
@@ -149,7 +149,7 @@ def _two_images_or_none(rows=8):
 def test_per_response_pixels_stay_with_their_response_under_trls_shuffle(tiny_dirs, tmp_path, family, seed):
     data = _two_images_or_none()
     trainer = VEPOTrainer(model=tiny_dirs[family], reward_funcs=length_reward, train_dataset=Dataset.from_list(data),
-                          args=config(tmp_path, steps_per_generation=2, shuffle_dataset=False, max_steps=1))  # fmt: skip
+                          args=mixed_config(tmp_path, steps_per_generation=2, shuffle_dataset=False, max_steps=1))  # fmt: skip
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1
     torch.manual_seed(seed)  # TRL's shuffle of the generation batch draws from torch's generator

@@ -27,7 +27,7 @@ import pytest
 import torch
 from datasets import Dataset
 
-from .support import image, trainer_prompts
+from .support import image, record_rollouts, trainer_prompts
 
 
 def _cpu_build_installed() -> bool:
@@ -167,7 +167,7 @@ BF16_GAP = 0.5  # bf16 rounding on both sides, kernels apart: tenths of a nat; a
 IMAGE_ROW_GAP = {"gemma4": 0.3}
 
 
-def mixed_dataset(rows=(0, 1, 2, 3)) -> Dataset:
+def mixed_prompts(rows=(0, 1, 2, 3)) -> Dataset:
     """One batch of four prompts: one image, two images (of other sizes), none (a text-only question), one image."""
     question = {"type": "text", "text": "How many shapes? Answer briefly."}
     prompts = [
@@ -197,19 +197,6 @@ def record_engine(trainer):
     return calls
 
 
-def record_rollouts(trainer):
-    outputs = []
-    generate = trainer._generate_and_score_completions
-
-    def recording(inputs):
-        output = generate(inputs)
-        outputs.append({k: v.clone() if torch.is_tensor(v) else v for k, v in output.items()})
-        return output
-
-    trainer._generate_and_score_completions = recording
-    return outputs
-
-
 def logprob_gaps(output) -> list[float]:
     """Per completion: the largest |trainer log-prob - vLLM log-prob| over its tokens (0 for an empty completion)."""
     mask = output["completion_mask"].bool()
@@ -217,7 +204,7 @@ def logprob_gaps(output) -> list[float]:
     return gap.masked_fill(~mask, 0).amax(dim=1).tolist()
 
 
-# mixed_dataset's prompts: images, and image pads once the processor expanded them (112x112: 4x4 merged patches;
+# mixed_prompts's prompts: images, and image pads once the processor expanded them (112x112: 4x4 merged patches;
 # 84x56 and 56x140: 2x4 each; 224x168: 8x6)
 IMAGES_PER_PROMPT = [1, 2, 0, 1]
 PADS_PER_PROMPT = [16, 16, 0, 48]
@@ -246,9 +233,9 @@ def train_on_vllm(model_dir, tmp_path, trainer_cls=None, dtype="float32", rows=(
     }
     settings.update(overrides)
     with vllm_dtype(dtype) if dtype else contextlib.nullcontext():
-        trainer = make_trainer(model_dir, mixed_dataset(rows), tmp_path, trainer_cls or VEPOTrainer, **settings)
+        trainer = make_trainer(model_dir, mixed_prompts(rows), tmp_path, trainer_cls or VEPOTrainer, **settings)
     calls = record_engine(trainer)
-    rollouts = record_rollouts(trainer)
+    rollouts = record_rollouts(trainer, clone=True)
     trainer.train()
     return trainer, calls, rollouts
 
@@ -522,7 +509,7 @@ def test_vepo_trains_one_step_against_trl_vllm_serve(vllm_serve, qwen_dir, tmp_p
     monkeypatch.setattr(VLLMClient, "init_communicator", lambda self, device=0: None)
     monkeypatch.setattr(VLLMClient, "update_named_params", lambda self, *args, **kwargs: None)
     trainer = make_trainer(
-        qwen_dir, mixed_dataset(), tmp_path, use_vllm=True, vllm_mode="server", vllm_server_base_url=vllm_serve,
+        qwen_dir, mixed_prompts(), tmp_path, use_vllm=True, vllm_mode="server", vllm_server_base_url=vllm_serve,
         vllm_importance_sampling_correction=True, per_device_train_batch_size=8, num_generations=2,
         steps_per_generation=1, shuffle_dataset=False, max_completion_length=8, max_steps=1,
     )  # fmt: skip
@@ -542,7 +529,7 @@ def test_vepo_trains_one_step_against_trl_vllm_serve(vllm_serve, qwen_dir, tmp_p
 
     monkeypatch.setattr(client, "generate", recording_generate)
     monkeypatch.setattr(client.session, "post", recording_post)
-    rollouts = record_rollouts(trainer)
+    rollouts = record_rollouts(trainer, clone=True)
     trainer.train()
     (output,) = rollouts
     assert [ids for ids in served[0] for _ in range(2)] == trainer_prompts(output)

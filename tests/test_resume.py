@@ -30,7 +30,7 @@ FAMILIES = list(TINY_FAMILIES)
 
 
 @pytest.fixture(scope="module")
-def dataset():
+def training_rows():
     return synthetic_training_dataset(16, seed=0)
 
 
@@ -56,8 +56,8 @@ def settings(output_dir, config_cls=VEPOConfig, **overrides):
     return config_cls(**values)
 
 
-def train(model_dir, dataset, output_dir, resume=None, peft_config=None):
-    trainer = VEPOTrainer(model=model_dir, reward_funcs=length_reward, args=settings(output_dir), train_dataset=dataset,
+def train_run(model_dir, training_rows, output_dir, resume=None, peft_config=None):
+    trainer = VEPOTrainer(model=model_dir, reward_funcs=length_reward, args=settings(output_dir), train_dataset=training_rows,
                           peft_config=peft_config)  # fmt: skip
     trainer.remove_callback(PrinterCallback)
     trainer.train(resume_from_checkpoint=resume)
@@ -84,10 +84,10 @@ def assert_same_run(straight, resumed):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_resume_equals_the_uninterrupted_run(tiny_dirs, dataset, tmp_path, family):
-    straight = train(tiny_dirs[family], dataset, tmp_path / "straight")
-    resumed = train(
-        tiny_dirs[family], dataset, tmp_path / "resumed", resume=str(tmp_path / "straight" / "checkpoint-2")
+def test_resume_equals_the_uninterrupted_run(tiny_dirs, training_rows, tmp_path, family):
+    straight = train_run(tiny_dirs[family], training_rows, tmp_path / "straight")
+    resumed = train_run(
+        tiny_dirs[family], training_rows, tmp_path / "resumed", resume=str(tmp_path / "straight" / "checkpoint-2")
     )
     assert_same_run(straight, resumed)
     report = getattr(resumed, "checkpoint_restore", None)
@@ -107,13 +107,13 @@ def checkpoint_names(folder):
         return set(handle.keys())
 
 
-def test_resume_after_the_first_epoch_reads_the_rows_of_the_uninterrupted_run(tiny_dirs, dataset, tmp_path):
+def test_resume_after_the_first_epoch_reads_the_rows_of_the_uninterrupted_run(tiny_dirs, training_rows, tmp_path):
     """Two prompts, one per step: checkpoint-2 ends the first epoch and steps 3 and 4 are the second. TRL's sampler
     drew epoch 0's order again on resume (step 3 then trained on step 1's prompt): equal now (`epoch_aware`)."""
-    two = dataset.select(range(2))
-    straight = train(tiny_dirs["qwen2.5-vl"], two, tmp_path / "straight")
+    two = training_rows.select(range(2))
+    straight = train_run(tiny_dirs["qwen2.5-vl"], two, tmp_path / "straight")
     assert [entry["epoch"] for entry in straight.state.log_history if "loss" in entry] == [0.5, 1.0, 1.5, 2.0]
-    resumed = train(
+    resumed = train_run(
         tiny_dirs["qwen2.5-vl"], two, tmp_path / "resumed", resume=str(tmp_path / "straight" / "checkpoint-2")
     )
     assert_same_run(straight, resumed)
@@ -153,21 +153,23 @@ def _tied(model):
     return len(state) - len({(t.data_ptr(), tuple(t.shape)) for t in state.values()})
 
 
-def test_resume_with_lora_equals_the_uninterrupted_run(tiny_dirs, dataset, tmp_path):
+def test_resume_with_lora_equals_the_uninterrupted_run(tiny_dirs, training_rows, tmp_path):
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
-    straight = train(tiny_dirs["qwen2.5-vl"], dataset, tmp_path / "straight", peft_config=lora)
-    resumed = train(tiny_dirs["qwen2.5-vl"], dataset, tmp_path / "resumed",
+    straight = train_run(tiny_dirs["qwen2.5-vl"], training_rows, tmp_path / "straight", peft_config=lora)
+    resumed = train_run(tiny_dirs["qwen2.5-vl"], training_rows, tmp_path / "resumed",
                     resume=str(tmp_path / "straight" / "checkpoint-2"), peft_config=lora)  # fmt: skip
     assert_same_run(straight, resumed)
 
 
-def test_transformers_trainer_resume_leaves_the_weights_behind(tiny_dirs, dataset, tmp_path):
+def test_transformers_trainer_resume_leaves_the_weights_behind(tiny_dirs, training_rows, tmp_path):
     """The upstream failure VEPOTrainer guards against, in TRL's own GRPOTrainer. When this fails, transformers loads
     the saved names itself: VEPOTrainer's restore then never runs (see the next test) and can be removed."""
-    straight = train(tiny_dirs["qwen2.5-vl"], dataset, tmp_path / "straight")
+    straight = train_run(tiny_dirs["qwen2.5-vl"], training_rows, tmp_path / "straight")
     checkpoint = tmp_path / "straight" / "checkpoint-2"
     args = settings(tmp_path / "grpo", GRPOConfig, **{"max_steps": 4})
-    grpo = GRPOTrainer(model=tiny_dirs["qwen2.5-vl"], reward_funcs=length_reward, args=args, train_dataset=dataset)
+    grpo = GRPOTrainer(
+        model=tiny_dirs["qwen2.5-vl"], reward_funcs=length_reward, args=args, train_dataset=training_rows
+    )
     base = {n: p.detach().clone() for n, p in grpo.model.named_parameters()}
     grpo._load_from_checkpoint(str(checkpoint))
     unchanged = [n for n, p in grpo.model.named_parameters() if torch.equal(p, base[n])]
@@ -175,9 +177,9 @@ def test_transformers_trainer_resume_leaves_the_weights_behind(tiny_dirs, datase
     assert len(unchanged) >= len(trained) - 2  # all but the head (and its tie) kept the base weights
 
 
-def test_restore_is_inert_when_the_trainer_finds_every_key(tiny_dirs, dataset, tmp_path):
+def test_restore_is_inert_when_the_trainer_finds_every_key(tiny_dirs, training_rows, tmp_path):
     trainer = VEPOTrainer(model=tiny_dirs["qwen2.5-vl"], reward_funcs=length_reward, args=settings(tmp_path / "out"),
-                          train_dataset=dataset)  # fmt: skip
+                          train_dataset=training_rows)  # fmt: skip
     state = {n: t.clone() + 1.0 for n, t in trainer.model.state_dict().items()}
     folder = tmp_path / "model-names"
     folder.mkdir()
@@ -189,10 +191,10 @@ def test_restore_is_inert_when_the_trainer_finds_every_key(tiny_dirs, dataset, t
             assert torch.equal(tensor, state[name]), name
 
 
-def test_a_checkpoint_of_another_model_is_refused_in_one_line(tiny_dirs, dataset, tmp_path):
-    train(tiny_dirs["gemma3"], dataset, tmp_path / "gemma")
+def test_a_checkpoint_of_another_model_is_refused_in_one_line(tiny_dirs, training_rows, tmp_path):
+    train_run(tiny_dirs["gemma3"], training_rows, tmp_path / "gemma")
     trainer = VEPOTrainer(model=tiny_dirs["qwen2.5-vl"], reward_funcs=length_reward, args=settings(tmp_path / "out"),
-                          train_dataset=dataset)  # fmt: skip
+                          train_dataset=training_rows)  # fmt: skip
     with pytest.raises(CheckpointRestoreError) as error:
         trainer._load_from_checkpoint(str(tmp_path / "gemma" / "checkpoint-2"))
     message = str(error.value)

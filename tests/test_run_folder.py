@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from transformers.trainer_callback import PrinterCallback
@@ -19,6 +18,7 @@ from vepo_trl.run_folder import LOCK_FILE, hold_folder, is_our_card
 from vepo_trl.selection_pipeline import SAMPLES_FILE, SAMPLES_IN_PROGRESS
 
 from .support import (
+    TINY_RECIPE,
     assert_one_error_line,
     length_reward,
     run_cli,
@@ -27,11 +27,7 @@ from .support import (
 )
 
 
-REPO = Path(__file__).resolve().parents[1]
-TINY_RECIPE = str(REPO / "recipes" / "tiny" / "config_vepo.yaml")
-
-
-def train(tiny_model_dir, output_dir, max_steps=4, resume=None):
+def train_with_checkpoints(tiny_model_dir, output_dir, max_steps=4, resume=None):
     args = VEPOConfig(output_dir=str(output_dir), per_device_train_batch_size=4, num_generations=4,
                       max_completion_length=8, max_steps=max_steps, learning_rate=1e-2, logging_steps=1,
                       report_to="none", save_strategy="steps", save_steps=2, use_cpu=True, bf16=False, seed=0,
@@ -54,17 +50,19 @@ def steps(path):
 
 def test_samples_of_a_rerun_replace_the_earlier_runs(tiny_model_dir, tmp_path):
     folder = tmp_path / "run"
-    train(tiny_model_dir, folder)
+    train_with_checkpoints(tiny_model_dir, folder)
     first = steps(folder / SAMPLES_FILE)
     assert first == [0, 0, 2, 2] and not (folder / SAMPLES_IN_PROGRESS).exists()
     shutil.rmtree(folder / "checkpoint-2"), shutil.rmtree(folder / "checkpoint-4")
-    train(tiny_model_dir, folder, max_steps=2)  # a fresh run into the same folder: not appended (was 0, 0, 2, 2, 0, 0)
+    train_with_checkpoints(
+        tiny_model_dir, folder, max_steps=2
+    )  # a fresh run into the same folder: not appended (was 0, 0, 2, 2, 0, 0)
     assert steps(folder / SAMPLES_FILE) == [0, 0]
 
 
 def test_a_killed_run_leaves_the_finished_runs_samples_and_a_resume_continues_its_own(tiny_model_dir, tmp_path):
     straight = tmp_path / "straight"
-    reference = train(tiny_model_dir, straight)
+    reference = train_with_checkpoints(tiny_model_dir, straight)
     expected = load_records(straight / SAMPLES_FILE)
     # A run killed after step 3: checkpoint-2, and samples of steps 0 and 2 in progress (plus one of a later step
     # that the resumed run makes again); the folder's finished samples are an earlier run's
@@ -79,7 +77,7 @@ def test_a_killed_run_leaves_the_finished_runs_samples_and_a_resume_continues_it
     earlier[0].step = 99
     save_records(killed / SAMPLES_FILE, earlier)
     assert steps(killed / SAMPLES_FILE) == [99]  # until the resumed run finishes, the finished run's samples stay
-    resumed = train(tiny_model_dir, killed, resume=str(killed / "checkpoint-2"))
+    resumed = train_with_checkpoints(tiny_model_dir, killed, resume=str(killed / "checkpoint-2"))
     records = load_records(killed / SAMPLES_FILE)
     # Steps before the checkpoint kept, the step after it written anew, nothing of the earlier run
     assert [r.step for r in records] == [0, 0, 2, 2]
@@ -144,7 +142,7 @@ def test_a_readme_the_library_did_not_write_is_never_replaced(tiny_model_dir, tm
     assert "holds a README.md that vepo-trl did not write" in err and "--output_dir" in err
     assert (folder / "README.md").read_text() == own and sorted(p.name for p in folder.iterdir()) == ["README.md"]
     # From Python, where nothing refused the folder first: the card goes beside the README, not over it
-    trainer = train(tiny_model_dir, folder, max_steps=1)
+    trainer = train_with_checkpoints(tiny_model_dir, folder, max_steps=1)
     trainer.create_model_card()
     assert (folder / "README.md").read_text() == own
     assert is_our_card(folder / "MODEL_CARD.md")

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from .support import REPO
+from .support import TINY_RECIPE
 
 
-TINY_RECIPE = str(REPO / "recipes" / "tiny" / "config_vepo.yaml")
 # What every tracker must show: the selection, the perturbation's signal and the recall of top-k entropy
 VEPO_METRICS = (
     "vepo/selected_fraction",

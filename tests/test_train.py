@@ -17,29 +17,29 @@ from vepo_trl.cli import main as cli_main
 from vepo_trl.train import main, make_parser
 
 from .support import (
+    REPO,
+    TINY_RECIPE,
     free_port,
     tiny_cache,  # noqa: F401  (autouse: the tests build into the session's cache)
 )
 
 
-REPO = Path(__file__).resolve().parents[1]
-TINY_RECIPE = REPO / "recipes" / "tiny" / "config_vepo.yaml"
 # A short run of the tiny recipe: a few steps, few rows
 SHORT = ["--max_steps", "2", "--synthetic_rows", "16", "--logging_steps", "1"]
 
 
-def parse(*args):
+def parse_tiny(*args):
     return make_parser().parse_args_and_config(["--config", str(TINY_RECIPE), *args])
 
 
 def test_packaged_demo_recipe_is_the_repo_recipe():
     packaged = REPO / "vepo_trl" / "recipes" / "tiny.yaml"
-    assert packaged.read_text() == TINY_RECIPE.read_text()
+    assert packaged.read_text() == Path(TINY_RECIPE).read_text()
 
 
 def test_script_trains_two_steps_from_the_recipe(tmp_path):
     # Every response scored, zero advantage or not, so the JSD figures are logged whatever the random model samples
-    script_args, training_args, model_args = parse(
+    script_args, training_args, model_args = parse_tiny(
         "--output_dir", str(tmp_path / "run"), "--score_zero_advantage_rows", "true", *SHORT
     )
     assert (script_args.dataset_name, model_args.model_name_or_path) == ("synthetic", "tiny-qwen2.5-vl")
@@ -64,7 +64,7 @@ def test_script_trains_two_steps_from_the_recipe(tmp_path):
 def test_model_card_has_citation_settings_and_no_token(tmp_path):
     # The push itself goes to a stand-in of the Hub's HTTP API in tests/test_hub_push.py; here, the card alone
     secret = "hf_" + "x" * 34
-    args = parse(
+    args = parse_tiny(
         "--output_dir", str(tmp_path / "run"), "--hub_model_id", "me/tiny-vepo", "--hub_token", secret, *SHORT,
     )  # fmt: skip
     main(*args)
@@ -260,7 +260,7 @@ def test_accelerate_launch_two_cpu_processes(tmp_path):
 
 def test_model_card_states_the_method_that_ran(tmp_path):
     # An entropy run used to be described as "trained with VEPO", with VEPO's noise settings on the card
-    trainer = main(*parse("--output_dir", str(tmp_path / "run"), "--selection_strategy", "entropy", *SHORT))
+    trainer = main(*parse_tiny("--output_dir", str(tmp_path / "run"), "--selection_strategy", "entropy", *SHORT))
     card = (tmp_path / "run" / "README.md").read_text()
     assert "trained with **VEPO**" not in card
     assert "GRPO on each response's top-k entropy tokens" in card and "No perturbed-image pass" in card

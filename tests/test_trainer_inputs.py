@@ -13,23 +13,18 @@ from vepo_trl import VEPOConfig, VEPOTrainer
 from vepo_trl.data import load_vepo_dataset
 from vepo_trl.errors import UsageError
 
-from .support import run_cli
+from .support import (
+    TINY_RECIPE,
+    make_config,
+    run_cli,
+    tiny_cache,  # noqa: F401  (autouse: the session's cache folder)
+)
 
 
-REPO = Path(__file__).resolve().parents[1]
-TINY_RECIPE = str(REPO / "recipes" / "tiny" / "config_vepo.yaml")
-
-
-@pytest.fixture(autouse=True)
-def cache(monkeypatch, tmp_path_factory):
-    monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path_factory.getbasetemp() / "vepo-cache"))
-
-
-def config(tmp_path, **kwargs) -> VEPOConfig:
-    settings = dict(output_dir=str(tmp_path / "api"), use_cpu=True, bf16=False, report_to="none", max_steps=1,
-                    per_device_train_batch_size=4, num_generations=4, max_completion_length=8, logging_steps=1,
-                    selection_strategy="entropy", dataloader_num_workers=0)  # fmt: skip
-    return VEPOConfig(**{**settings, **kwargs})
+def api_config(tmp_path, **kwargs) -> VEPOConfig:
+    """`support.make_config` as a Python user would write it here: one step, 8 new tokens, the entropy strategy."""
+    settings = dict(max_steps=1, max_completion_length=8, selection_strategy="entropy", dataloader_num_workers=0)
+    return make_config(tmp_path, **{**settings, **kwargs})
 
 
 def rows_file(folder: Path, rows: int, **extra) -> Path:
@@ -51,20 +46,20 @@ def test_fewer_rows_than_one_step_are_refused_by_the_cli_and_the_api(tmp_path, c
     assert not (tmp_path / "cli" / "model.safetensors").exists()
     data = load_vepo_dataset(path, min_pixels=3136, max_pixels=50176)
     with pytest.raises(UsageError, match="train_dataset has 1 row, and one generation takes 2 prompts"):
-        VEPOTrainer(model=tiny_model_dir, reward_funcs="accuracy", args=config(tmp_path, per_device_train_batch_size=8),
+        VEPOTrainer(model=tiny_model_dir, reward_funcs="accuracy", args=api_config(tmp_path, per_device_train_batch_size=8),
                     train_dataset=data)  # fmt: skip
     with pytest.raises(UsageError, match="train_dataset is empty"):
         VEPOTrainer(
-            model=tiny_model_dir, reward_funcs="accuracy", args=config(tmp_path), train_dataset=data.select([])
+            model=tiny_model_dir, reward_funcs="accuracy", args=api_config(tmp_path), train_dataset=data.select([])
         )
 
 
 def test_one_step_of_rows_is_enough(tmp_path, tiny_model_dir):
     data = load_vepo_dataset(rows_file(tmp_path, 2), min_pixels=3136, max_pixels=50176)
     with pytest.raises(UsageError, match="has 2 rows, and one generation takes 4 prompts"):
-        VEPOTrainer(model=tiny_model_dir, reward_funcs="accuracy", args=config(tmp_path, per_device_train_batch_size=16),
+        VEPOTrainer(model=tiny_model_dir, reward_funcs="accuracy", args=api_config(tmp_path, per_device_train_batch_size=16),
                     train_dataset=data)  # fmt: skip
-    VEPOTrainer(model=tiny_model_dir, reward_funcs="accuracy", args=config(tmp_path), train_dataset=data)
+    VEPOTrainer(model=tiny_model_dir, reward_funcs="accuracy", args=api_config(tmp_path), train_dataset=data)
 
 
 def test_extra_columns_are_kept_and_a_users_source_is_not_replaced(tmp_path):
@@ -90,7 +85,7 @@ def test_plain_text_prompts_in_memory_train_and_extra_columns_reach_the_rewards(
     red = Image.new("RGB", (56, 56), "red")
     data = datasets.Dataset.from_dict({"prompt": ["What colour is the square?"] * 8, "images": [[red]] * 8,
                                        "answer": ["red"] * 8, "difficulty": list(range(8))})  # fmt: skip
-    trainer = VEPOTrainer(model=tiny_model_dir, reward_funcs=[difficulty_reward], args=config(tmp_path),
+    trainer = VEPOTrainer(model=tiny_model_dir, reward_funcs=[difficulty_reward], args=api_config(tmp_path),
                           train_dataset=data)  # fmt: skip
     assert isinstance(trainer.train_dataset[0]["prompt"], list)  # conversational, as load_vepo_dataset makes it
     trainer.train()
@@ -102,7 +97,9 @@ def test_a_streamed_data_set_trains(tmp_path, tiny_model_dir, visual_dataset):
     """p02, a regression: the image-parts check took len() of an IterableDataset at __init__ (TypeError), where
     GRPOTrainer trains the same stream."""
     stream = visual_dataset.to_iterable_dataset()
-    trainer = VEPOTrainer(model=tiny_model_dir, reward_funcs="accuracy", args=config(tmp_path), train_dataset=stream)
+    trainer = VEPOTrainer(
+        model=tiny_model_dir, reward_funcs="accuracy", args=api_config(tmp_path), train_dataset=stream
+    )
     trainer.train()
     assert trainer.state.global_step == 1
 
@@ -110,7 +107,7 @@ def test_a_streamed_data_set_trains(tmp_path, tiny_model_dir, visual_dataset):
 def test_a_stream_whose_first_rows_are_broken_is_still_named(tmp_path, tiny_model_dir, visual_dataset):
     stream = visual_dataset.remove_columns("images").to_iterable_dataset()
     with pytest.raises(ValueError, match="row 0's prompt has 1 image part.*no 'images'"):
-        VEPOTrainer(model=tiny_model_dir, reward_funcs="accuracy", args=config(tmp_path), train_dataset=stream)
+        VEPOTrainer(model=tiny_model_dir, reward_funcs="accuracy", args=api_config(tmp_path), train_dataset=stream)
 
 
 def test_a_package_the_settings_need_is_checked_by_the_api_as_by_the_cli(tmp_path, tiny_model_dir, visual_dataset):
@@ -120,5 +117,5 @@ def test_a_package_the_settings_need_is_checked_by_the_api_as_by_the_cli(tmp_pat
     if importlib.util.find_spec("liger_kernel") is not None:
         pytest.skip("liger-kernel is installed here")
     with pytest.raises(UsageError, match="--use_liger_kernel true needs the liger-kernel package"):
-        VEPOTrainer(model=tiny_model_dir, reward_funcs="accuracy", args=config(tmp_path, use_liger_kernel=True),
+        VEPOTrainer(model=tiny_model_dir, reward_funcs="accuracy", args=api_config(tmp_path, use_liger_kernel=True),
                     train_dataset=visual_dataset)  # fmt: skip

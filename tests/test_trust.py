@@ -15,26 +15,16 @@ from PIL import Image
 import vepo_trl.train as train_module
 
 from .support import (
+    REPO,
+    TINY_RECIPE,
     assert_one_error_line,
     run_cli,
     tiny_cache,  # noqa: F401  (autouse: the tests build into the session's cache)
 )
 
 
-REPO = Path(__file__).resolve().parents[1]
 RUN_FILE = "vepo_run.json"
-TINY_RECIPE = REPO / "recipes" / "tiny" / "config_vepo.yaml"
 SHORT = ["--synthetic_rows", "16", "--logging_steps", "1"]
-
-
-@pytest.fixture
-def nothing_loads(monkeypatch):
-    """The run stops with a failure if it gets as far as loading a model."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before the input was checked")
-
-    monkeypatch.setattr(train_module, "load_model", refuse)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -154,7 +144,7 @@ BAD_DATA = [
 
 @pytest.mark.parametrize(("name", "content", "needles"), BAD_DATA, ids=[case[0] for case in BAD_DATA])
 def test_bad_training_data_is_one_line_before_the_model_loads(name, content, needles, tmp_path, monkeypatch, capsys,
-                                                              nothing_loads):  # fmt: skip
+                                                              no_model_loads):  # fmt: skip
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets-cache"))
     Image.new("RGB", (64, 64), "red").save(tmp_path / "ok.png")
@@ -165,7 +155,7 @@ def test_bad_training_data_is_one_line_before_the_model_loads(name, content, nee
     assert_one_error_line(code, err, "train", *needles)
 
 
-def test_strict_data_error_names_the_flag(tmp_path, monkeypatch, capsys, nothing_loads):
+def test_strict_data_error_names_the_flag(tmp_path, monkeypatch, capsys, no_model_loads):
     monkeypatch.chdir(tmp_path)
     Image.new("RGB", (64, 64), "red").save(tmp_path / "ok.png")
     (tmp_path / "mixed.jsonl").write_text(row() + "\n" + row(answer=["3", "three"]) + "\n")
@@ -196,7 +186,7 @@ def test_strict_data_error_names_the_flag(tmp_path, monkeypatch, capsys, nothing
         (["--dataset_name", "geometry3k"], "hiyouga/geometry3k from the Hub, which is not in the local cache"),
     ],
 )
-def test_values_that_failed_deep_inside_are_one_line(argv, message, tmp_path, monkeypatch, capsys, nothing_loads):
+def test_values_that_failed_deep_inside_are_one_line(argv, message, tmp_path, monkeypatch, capsys, no_model_loads):
     from huggingface_hub import constants
 
     from vepo_trl.local_models import hub_unreachable
@@ -215,7 +205,7 @@ def test_values_that_failed_deep_inside_are_one_line(argv, message, tmp_path, mo
     assert time.perf_counter() - start < 5  # offline: no minute of retries
 
 
-def test_read_only_output_folder_is_one_line(tmp_path, monkeypatch, capsys, nothing_loads):
+def test_read_only_output_folder_is_one_line(tmp_path, monkeypatch, capsys, no_model_loads):
     # Root may write anywhere, so the read-only folder is what os.access reports for it
     real_access = os.access
     locked = tmp_path / "locked"

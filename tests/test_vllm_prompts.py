@@ -10,7 +10,7 @@ from datasets import Dataset
 from trl import GRPOTrainer
 
 from . import vllm_standin
-from .support import image, make_trainer, trainer_prompts
+from .support import image, make_trainer, record_rollouts, trainer_prompts
 
 
 FAMILIES = ["qwen2.5-vl", "qwen3-vl"]
@@ -22,7 +22,7 @@ def standin():
         yield
 
 
-def dataset(images_per_prompt: int, rows: int = 4) -> Dataset:
+def prompts_with_images(images_per_prompt: int, rows: int = 4) -> Dataset:
     """Prompts with one or two images of different sizes (so each image expands to its own number of tokens)."""
     content = [{"type": "image"}] * images_per_prompt + [{"type": "text", "text": "How many shapes? Answer briefly."}]
     return Dataset.from_dict(
@@ -35,25 +35,12 @@ def dataset(images_per_prompt: int, rows: int = 4) -> Dataset:
     )
 
 
-def record_rollouts(trainer):
-    outputs = []
-    generate = trainer._generate_and_score_completions
-
-    def recording(inputs):
-        output = generate(inputs)
-        outputs.append(output)
-        return output
-
-    trainer._generate_and_score_completions = recording
-    return outputs
-
-
 @pytest.mark.parametrize("images_per_prompt", [1, 2])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_colocate_vllm_generates_from_the_trainers_prompt(standin, tiny_dirs, tmp_path, family, images_per_prompt):
     import vllm
 
-    trainer = make_trainer(tiny_dirs[family], dataset(images_per_prompt), tmp_path, use_vllm=True,
+    trainer = make_trainer(tiny_dirs[family], prompts_with_images(images_per_prompt), tmp_path, use_vllm=True,
                            vllm_mode="colocate", max_steps=1, max_completion_length=8)  # fmt: skip
     llm = vllm.LLM.instances[-1]
     outputs = record_rollouts(trainer)
@@ -71,7 +58,7 @@ def test_colocate_vllm_generates_from_the_trainers_prompt(standin, tiny_dirs, tm
 def test_server_vllm_generates_from_the_trainers_prompt(standin, tiny_dirs, tmp_path, images_per_prompt):
     model = tiny_dirs["qwen2.5-vl"]
     with vllm_standin.server(model) as server:
-        trainer = make_trainer(model, dataset(images_per_prompt), tmp_path, use_vllm=True, vllm_mode="server",
+        trainer = make_trainer(model, prompts_with_images(images_per_prompt), tmp_path, use_vllm=True, vllm_mode="server",
                                vllm_server_base_url=server.url, vllm_group_port=vllm_standin.free_port(), max_steps=1,
                                max_completion_length=8)  # fmt: skip
         outputs = record_rollouts(trainer)
@@ -86,7 +73,7 @@ def test_trls_own_trainer_hands_colocate_vllm_pre_expanded_prompts(standin, tiny
     """The upstream bug, in TRL's GRPOTrainer: vLLM gets the processor-expanded ids and expands them again (the
     stand-in refuses what real vLLM would sample from silently). When this test fails, the installed TRL renders
     vLLM's prompts itself: `vllm_prompts.vllm_gets` then passes its ids through unchanged and can be removed."""
-    trainer = make_trainer(tiny_dirs["qwen2.5-vl"], dataset(1), tmp_path, GRPOTrainer, use_vllm=True,
+    trainer = make_trainer(tiny_dirs["qwen2.5-vl"], prompts_with_images(1), tmp_path, GRPOTrainer, use_vllm=True,
                            vllm_mode="colocate", max_steps=1, max_completion_length=8)  # fmt: skip
     with pytest.raises(ValueError, match="the prompt came pre-expanded"):
         trainer.train()
@@ -114,7 +101,7 @@ def test_paper_vllm_configuration_trains_on_synced_weights(standin, tiny_dirs, t
     weights reach vLLM after the first load), the ratio leaves 1 and this fails."""
     import vllm
 
-    trainer = make_trainer(tiny_dirs["qwen2.5-vl"], dataset(1, rows=8), tmp_path, use_vllm=True,
+    trainer = make_trainer(tiny_dirs["qwen2.5-vl"], prompts_with_images(1, rows=8), tmp_path, use_vllm=True,
                            vllm_mode="colocate", vllm_importance_sampling_correction=True,
                            vllm_enable_sleep_mode=False, max_steps=3, learning_rate=0.5,
                            max_completion_length=8)  # fmt: skip
@@ -150,7 +137,7 @@ def test_a_vllm_outside_trls_range_is_refused_in_one_line(monkeypatch, tmp_path,
     assert "vLLM 0.33.0 is installed" in str(error.value) and '".[vllm]"' in str(error.value)
     assert "\n" not in str(error.value)
     with pytest.raises(UsageError, match="vLLM 0.33.0"):  # the trainer refuses before loading the model
-        make_trainer(tiny_dirs["qwen2.5-vl"], dataset(1), tmp_path, use_vllm=True, vllm_mode="colocate")
+        make_trainer(tiny_dirs["qwen2.5-vl"], prompts_with_images(1), tmp_path, use_vllm=True, vllm_mode="colocate")
     installed("0.31.0")
     check_vllm_version()
 

@@ -12,25 +12,14 @@ import pytest
 
 import vepo_trl.train as train_module
 
-from .support import assert_one_error_line, run_cli, snapshot
-
-
-REPO = Path(__file__).resolve().parents[1]
-TINY_RECIPE = str(REPO / "recipes" / "tiny" / "config_vepo.yaml")
-
-
-@pytest.fixture(autouse=True)
-def cache(monkeypatch, tmp_path_factory):
-    monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path_factory.getbasetemp() / "vepo-cache"))
-
-
-@pytest.fixture
-def nothing_loads(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model or data set was loaded before the input was checked")
-
-    monkeypatch.setattr(train_module, "load_model", refuse)
-    monkeypatch.setattr(train_module, "load_dataset_split", refuse)
+from .support import (
+    REPO,
+    TINY_RECIPE,
+    assert_one_error_line,
+    run_cli,
+    snapshot,
+    tiny_cache,  # noqa: F401  (autouse: the session's cache folder)
+)
 
 
 def _not_installed() -> str:

@@ -86,9 +86,9 @@ def main() -> None:
 
     defined = collections.defaultdict(set)
     test_imports = []
-    # The test modules and their support (the rank scripts under tests/distributed/ and the stand-in servers are
-    # programs of their own, run as processes)
-    for path in sorted((REPO / "tests").glob("*.py")):
+    # The test modules (the unit tests, and the end-to-end suites under tests/e2e/) and their support (the rank
+    # scripts under tests/distributed/ and the stand-in servers are programs of their own, run as processes)
+    for path in sorted([*(REPO / "tests").glob("*.py"), *(REPO / "tests" / "e2e").glob("*.py")]):
         tree = ast.parse(path.read_text())
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and not node.name.startswith("test_"):
@@ -97,7 +97,8 @@ def main() -> None:
             if isinstance(node, ast.ImportFrom) and (
                 (node.level and (node.module or "").startswith("test_"))
                 or (node.level and any(a.name.startswith("test_") for a in node.names))
-                or (node.module or "").startswith("tests.test_")
+                or (node.module or "").startswith(("tests.test_", "tests.e2e.test_"))
+                or (node.level and (node.module or "").startswith("e2e"))
             ):
                 test_imports.append(f"{path.name} <- {node.module or [a.name for a in node.names]}")
     twice = {name: sorted(where) for name, where in defined.items() if len(where) > 1}

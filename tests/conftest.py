@@ -52,7 +52,7 @@ def no_model_loads(monkeypatch):
 @pytest.fixture
 def model_card_left_as_it_was(tiny_model_dir):
     """`vepo-trl eval` writes complete results into the model folder's card: the session's shared tiny model keeps
-    none between tests (tests/test_hub_push.py checks the card itself)."""
+    none between tests (tests/e2e/test_hub_push.py checks the card itself)."""
     from pathlib import Path
 
     card = Path(tiny_model_dir) / "README.md"

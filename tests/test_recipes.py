@@ -426,7 +426,7 @@ def test_readme_command(command, capsys):
 
 
 def test_readme_flags_exist(capsys):
-    # `sbatch --nodes` and the SLURM script's own `--vllm_node` (tests/test_launch_scripts.py)
+    # `sbatch --nodes` and the SLURM script's own `--vllm_node` (tests/e2e/test_launch_scripts.py)
     launcher_flags = {"--nodes", "--vllm_node"}
     known = {f"--{name}" for name in TRAINING_FLAGS} | LAUNCH_FLAGS | evaluate_flags(capsys) | launcher_flags
     flags = set(re.findall(r"(?<![\w-])--[a-z]\w*", README))

@@ -62,7 +62,7 @@ def test_script_trains_two_steps_from_the_recipe(tmp_path):
 
 
 def test_model_card_has_citation_settings_and_no_token(tmp_path):
-    # The push itself goes to a stand-in of the Hub's HTTP API in tests/test_hub_push.py; here, the card alone
+    # The push itself goes to a stand-in of the Hub's HTTP API in tests/e2e/test_hub_push.py; here, the card alone
     secret = "hf_" + "x" * 34
     args = parse_tiny(
         "--output_dir", str(tmp_path / "run"), "--hub_model_id", "me/tiny-vepo", "--hub_token", secret, *SHORT,

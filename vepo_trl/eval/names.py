@@ -1,6 +1,6 @@
 """The names `vepo-trl eval`'s options take, importable without `datasets` or the graders (its parser reads them
 before anything heavy loads): the grading protocols with their help, and the registered benchmarks' names
-(tests/test_command_options.py keeps these equal to the registry in `benchmarks`)."""
+(tests/e2e/test_command_options.py keeps these equal to the registry in `benchmarks`)."""
 
 PROTOCOLS = ("paper", "lenient", "rule")
 PROTOCOL_HELP = {

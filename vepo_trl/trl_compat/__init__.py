@@ -58,7 +58,7 @@ PATCHES: tuple[Patch, ...] = (
         "a 67-line traceback",
         "transformers/trainer.py `_save_checkpoint` (no clean-up on a write error)",
         "when the Trainer writes checkpoints atomically",
-        "tests/test_whole_runs.py::test_a_disk_that_fills_while_saving_removes_the_partial_checkpoint_and_resume_goes_on",
+        "tests/e2e/test_whole_runs.py::test_a_disk_that_fills_while_saving_removes_the_partial_checkpoint_and_resume_goes_on",
     ),
     Patch(
         "unexpanded image prompts for colocated vLLM",

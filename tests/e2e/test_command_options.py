@@ -24,7 +24,7 @@ from vepo_trl.cli import main as cli_main
 from vepo_trl.options import option, parser_for
 from vepo_trl.validation import TEXT
 
-from .support import REPO, TINY_RECIPE, assert_one_error_line, snapshot
+from ..support import REPO, TINY_RECIPE, assert_one_error_line, snapshot
 
 
 EXAMPLES = int(os.environ.get("VEPO_HYPOTHESIS_EXAMPLES", "25"))

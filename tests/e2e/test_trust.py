@@ -14,7 +14,7 @@ from PIL import Image
 
 import vepo_trl.train as train_module
 
-from .support import (
+from ..support import (
     REPO,
     TINY_RECIPE,
     assert_one_error_line,
@@ -327,7 +327,7 @@ def test_synthetic_rows_default_is_the_training_default():
 def test_token_page_escapes_control_bytes():
     from vepo_trl.insight.page import render_page
 
-    from .support import make_records
+    from ..support import make_records
 
     records = make_records()
     records[0].tokens[0] = "a\x00b\x1b"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .support import TINY_RECIPE
+from ..support import TINY_RECIPE
 
 
 # What every tracker must show: the selection, the perturbation's signal and the recall of top-k entropy

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
 
 # (pattern, reason): a command matching the pattern is not run here

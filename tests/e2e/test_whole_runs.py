@@ -12,7 +12,7 @@ import pytest
 
 import vepo_trl.train as train_module
 
-from .support import (
+from ..support import (
     REPO,
     TINY_RECIPE,
     assert_one_error_line,

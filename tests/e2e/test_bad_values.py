@@ -20,7 +20,7 @@ from vepo_trl.families import NOT_YET
 from vepo_trl.train import VEPOScriptArguments
 from vepo_trl.validation import COMBINATIONS, RANGES, rules_for
 
-from .support import REPO, TINY_RECIPE, assert_one_error_line, run_cli
+from ..support import REPO, TINY_RECIPE, assert_one_error_line, run_cli
 
 
 pytestmark = pytest.mark.usefixtures("nothing_loads")

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import vepo_trl.train as train_module
 from vepo_trl.cli import main as cli_main
 
-from .support import TINY_RECIPE
+from ..support import TINY_RECIPE
 
 
 EXAMPLES = int(os.environ.get("VEPO_HYPOTHESIS_EXAMPLES", "12"))

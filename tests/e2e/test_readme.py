@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
 
 

@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-from .hub_standin.server import HubStandin
-from .support import REPO, TINY_RECIPE
+from ..hub_standin.server import HubStandin
+from ..support import REPO, TINY_RECIPE
 
 
 @pytest.fixture
@@ -121,7 +121,7 @@ def test_eval_writes_model_index_and_pushes_the_card(
     from vepo_trl.cli import main as cli_main
     from vepo_trl.eval.standins import write_standins
 
-    from .support import FAST
+    from ..support import FAST
 
     model = tmp_path / "model"
     shutil.copytree(tiny_model_dir, model, ignore=shutil.ignore_patterns("README.md"))
@@ -162,7 +162,7 @@ def test_partial_results_stay_out_of_the_card(tiny_model_dir, tmp_path, capsys):
     from vepo_trl.cli import main as cli_main
     from vepo_trl.eval.standins import write_standins
 
-    from .support import FAST
+    from ..support import FAST
 
     model = tmp_path / "model"
     shutil.copytree(tiny_model_dir, model, ignore=shutil.ignore_patterns("README.md"))

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from accelerate.commands.launch import launch_command_parser
 
-from .support import (
+from ..support import (
     COMPLETIONS_PER_ROLLOUT,
     COMPLETIONS_PER_STEP,
     RECIPES,

@@ -27,7 +27,7 @@ import pytest
 import torch
 from datasets import Dataset
 
-from .support import image, record_rollouts, trainer_prompts
+from ..support import image, record_rollouts, trainer_prompts
 
 
 def _cpu_build_installed() -> bool:
@@ -215,7 +215,7 @@ def train_on_vllm(model_dir, tmp_path, trainer_cls=None, dtype="float32", rows=(
     """Colocate mode, importance-sampling correction on (TRL then computes the trainer's log-probs of every rollout),
     sleep mode off, one rollout per step; `max_steps` rollouts of the mixed batch (its images seen again each
     step)."""
-    from .support import VEPOTrainer, make_trainer
+    from ..support import VEPOTrainer, make_trainer
 
     settings = {
         "use_vllm": True,
@@ -443,7 +443,7 @@ def vllm_serve(qwen_dir, tmp_path):
 
     from trl.scripts.vllm_serve import ScriptArguments, build_command
 
-    from .vllm_standin import free_port
+    from ..vllm_standin import free_port
 
     port = free_port()
     log = open(tmp_path / "vllm-serve.log", "w")
@@ -504,7 +504,7 @@ def test_vepo_trains_one_step_against_trl_vllm_serve(vllm_serve, qwen_dir, tmp_p
     one step runs on the weights the server loaded; the prefix- and encoder-cache resets after the sync are real."""
     from trl.generation.vllm_client import VLLMClient
 
-    from .support import make_trainer
+    from ..support import make_trainer
 
     monkeypatch.setattr(VLLMClient, "init_communicator", lambda self, device=0: None)
     monkeypatch.setattr(VLLMClient, "update_named_params", lambda self, *args, **kwargs: None)

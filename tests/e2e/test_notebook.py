@@ -11,7 +11,7 @@ import pytest
 from ipykernel import kernelspec
 
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "vepo_qwen2_5_vl_3b_lora.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "vepo_qwen2_5_vl_3b_lora.ipynb"
 TINY_SWITCH = "USE_TINY_MODEL = False"
 OUTPUT_DIR_LINE = re.compile(r"^OUTPUT_DIR = .*$", re.MULTILINE)
 # The kernel must be this interpreter, the one that has vepo_trl installed

@@ -1,6 +1,6 @@
 """Rerun the figures the README quotes and check them against it (or rewrite them), so they cannot drift.
 
-Figures covered (each found in the README by a pattern, see `FIGURES`):
+Figures covered (each found in the README or a page under docs/ by a pattern, see `FIGURES`):
 
 - `tests`: the number of tests (`pytest --collect-only`, the suite the README's test command runs);
 - `warm`: the warm-start demo (`vepo-trl demo --warm_start`): reward first -> last quarter, seconds, and the Fig. 5c
@@ -163,14 +163,14 @@ def acceptance_block(text: str) -> tuple[int, int]:
     return start + len(TABLE_START), end
 
 
-def check_acceptance(text: str, path: Path | None, write: bool, results: Path, readme: Path) -> tuple[str, bool]:
+def check_acceptance(text: str, path: Path | None, write: bool, results: Path, root: Path) -> tuple[str, bool]:
     """The README's GPU block against the acceptance JSON (`path`, else the kept copy); returns the text (rewritten
     with `write`) and whether it differed."""
     source = path if path is not None else results
     if not source.is_file():
         print(f"gpu table     no acceptance JSON at {source}: the README's GPU block is not checked")
         return text, False
-    rendered = render_acceptance(json.loads(source.read_text()), results.relative_to(readme.parent).as_posix())
+    rendered = render_acceptance(json.loads(source.read_text()), results.relative_to(root).as_posix())
     start, end = acceptance_block(text)
     same = text[start:end].strip() == rendered
     print(f"gpu table     README {'matches' if same else 'DIFFERS from'} {source}")
@@ -202,10 +202,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--write", action="store_true", help="Rewrite the README's figures with the measured ones.")
     parser.add_argument("--only", choices=[*MEASURE, "gpu"], help="Measure one group of figures only.")
     parser.add_argument("--acceptance", type=Path, help="The GPU acceptance JSON to render the README's table from.")
-    parser.add_argument("--readme", type=Path, default=README, help=argparse.SUPPRESS)
+    parser.add_argument("--readme", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--results", type=Path, default=ACCEPTANCE, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    text = args.readme.read_text()
+    # The figures live in the README or a documentation page (docs/*.md); `--readme` names one file instead
+    pages = [args.readme] if args.readme else [README, *sorted((REPO / "docs").rglob("*.md"))]
+    root = args.readme.parent if args.readme else REPO
+    texts = {page: page.read_text() for page in pages}
     measured: dict = {}
     for group, measure in MEASURE.items():
         if args.only in (None, group) and not (args.acceptance and args.only is None):
@@ -213,9 +216,11 @@ def main(argv: list[str] | None = None) -> None:
     differ = False
     for name, value in measured.items():
         pattern, _, tolerance = FIGURES[name]
+        page = next((page for page in pages if locate(pattern, texts[page])), None)
+        if page is None:
+            raise SystemExit(f"README and docs/: the {name} figure is no longer where {pattern!r} finds it")
+        text = texts[page]
         match = locate(pattern, text)
-        if not match:
-            raise SystemExit(f"README: the {name} figure is no longer where {pattern!r} finds it")
         values = value if isinstance(value, tuple) else (value,)
         stated = match.groups()
         same = not any(differs(m, s, tolerance) for m, s in zip(values, stated))
@@ -228,14 +233,20 @@ def main(argv: list[str] | None = None) -> None:
                 ((match.span(i + 1), v) for i, v in enumerate(values)), reverse=True
             ):
                 piece = piece[: old_start - start] + new + piece[old_end - start :]
-            text = text[:start] + piece + text[end:]
+            texts[page] = text[:start] + piece + text[end:]
     if args.only in (None, "gpu") or args.acceptance:
-        text, gpu_differs = check_acceptance(text, args.acceptance, args.write, args.results, args.readme)
+        page = next((page for page in pages if TABLE_START in texts[page]), pages[0])
+        texts[page], gpu_differs = check_acceptance(texts[page], args.acceptance, args.write, args.results, root)
         differ |= gpu_differs
     if args.write:
-        changed = text != args.readme.read_text()
-        args.readme.write_text(text)
-        print("README rewritten" if changed else "README already matches")
+        changed = [page for page in pages if texts[page] != page.read_text()]
+        for page in changed:
+            page.write_text(texts[page])
+        print(
+            f"rewritten: {', '.join(p.relative_to(root).as_posix() for p in changed)}"
+            if changed
+            else "README already matches"
+        )
     elif differ:
         sys.exit(1)
 

@@ -347,3 +347,25 @@ def tiny_cache(tmp_path_factory, monkeypatch):
     """`VEPO_TRL_CACHE` in the session's test folder (autouse where a module imports it): the tiny model is built
     once per session there, never into the user's cache."""
     monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path_factory.getbasetemp() / "vepo-cache"))
+
+
+def documentation_pages() -> list[Path]:
+    """The README, then every page of the documentation site in its navigation's order (mkdocs.yml): the order a
+    newcomer reads them in."""
+    import yaml
+
+    def pages(entries):
+        for entry in entries:
+            value = next(iter(entry.values())) if isinstance(entry, dict) else entry
+            if isinstance(value, list):
+                yield from pages(value)
+            else:
+                yield value
+
+    nav = yaml.safe_load((REPO / "mkdocs.yml").read_text())["nav"]
+    return [REPO / "README.md", *(REPO / "docs" / page for page in pages(nav))]
+
+
+def documentation() -> str:
+    """The README and the documentation pages as one text, in reading order."""
+    return "\n\n".join(path.read_text() for path in documentation_pages())

@@ -412,6 +412,8 @@ def register_strategy(name: str, *, signals: Iterable[str] = (), count: str = "t
 
 
 def get_strategy(name: str) -> SelectionStrategy:
+    """The registered selection strategy `name` (`SELECTION_STRATEGIES`); an unknown name raises `ValueError` listing
+    the registered ones."""
     try:
         return SELECTION_STRATEGIES[name]
     except KeyError:

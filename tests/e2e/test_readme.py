@@ -1,13 +1,14 @@
-"""The README's code runs as written: its Python example trains on a CPU offline, its claims match the code."""
+"""The documentation's code runs as written (the README, then the site's pages: `support.documentation`): its Python
+example trains on a CPU offline, its claims match the code."""
 
 import re
-from pathlib import Path
 
 import pytest
 
+from ..support import REPO, documentation
 
-REPO = Path(__file__).resolve().parents[2]
-README = (REPO / "README.md").read_text()
+
+README = documentation()
 
 
 def python_blocks() -> list[str]:
@@ -21,7 +22,7 @@ def test_python_example_runs_as_written_on_a_cpu(tmp_path, monkeypatch):
     blocks = python_blocks()
     assert len(blocks) >= 2
     namespace = {}
-    exec(compile(blocks[0], "README.md[python 1]", "exec"), namespace)
+    exec(compile(blocks[0], "docs[python 1]", "exec"), namespace)
     trainer = namespace["trainer"]
     assert trainer.state.global_step == 3 and trainer.args.bf16 is False
     assert (tmp_path / "tiny-vepo").is_dir()
@@ -35,7 +36,7 @@ def test_paper_swap_block_names_real_objects(monkeypatch):
     monkeypatch.setattr(vepo_trl.data, "load_vepo_dataset", lambda *args, **kwargs: calls.append(args))
     namespace = {}
     exec("from vepo_trl.rewards import get_reward_funcs\n", namespace)
-    exec(compile(python_blocks()[1], "README.md[python 2]", "exec"), namespace)
+    exec(compile(python_blocks()[1], "docs[python 2]", "exec"), namespace)
     assert calls == [("geometry3k", "train")] and len(namespace["reward_funcs"]) == 2
 
 
@@ -81,3 +82,12 @@ def test_readme_figures_script_finds_every_figure_it_checks():
     spec.loader.exec_module(module)
     for name, (pattern, _, _) in module.FIGURES.items():
         assert module.locate(pattern, README), name
+
+
+def test_the_readme_is_a_front_page_whose_links_lead_somewhere():
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200
+    links = re.findall(r"\]\((docs/[^)#]+)", readme)
+    assert len(links) >= 10
+    for link in links:
+        assert (REPO / link).is_file(), link

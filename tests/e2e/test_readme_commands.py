@@ -1,4 +1,5 @@
-"""The README's shell commands, run in the order a newcomer meets them, from one fresh folder, offline on the CPU.
+"""The documentation's shell commands (the README, then the site's pages in their navigation's order), run in the order
+a newcomer meets them, from one fresh folder, offline on the CPU.
 
 Every command of every ```bash block runs, except those this machine cannot run, each skipped by a rule below with
 its reason (a GPU launch, a Hub download, a folder the reader brings, or a run of many minutes that a shorter command
@@ -15,16 +16,21 @@ from pathlib import Path
 
 import pytest
 
+from ..support import documentation
 
-REPO = Path(__file__).resolve().parents[2]
-README = (REPO / "README.md").read_text()
+
+README = documentation()
 
 # (pattern, reason): a command matching the pattern is not run here
 NOT_HERE = [
     (r"pip install|pytest", "installs the package or runs this suite: the suite is already running"),
     (r"accelerate launch", "a multi-GPU launch"),
     (r"\b(Qwen|OpenGVLab|google|HuggingFaceTB)/", "downloads a model from the Hub"),
-    (r"\bruns/|eval_data|eval-vepo-7b|figure\.png", "a folder or file the reader brings (a trained run, data)"),
+    (
+        r"\bruns/|eval_data|eval-vepo-7b|figure\.png|my_rows\.jsonl",
+        "a folder or file the reader brings (a trained run, data)",
+    ),
+    (r"--push_to_hub true", "pushes to the Hub (tests/e2e/test_hub_push.py pushes to a stand-in of its HTTP API)"),
     (r"--output_dir docs/lab|--seeds 0,1,2,3,4", "a full lab or sweep: 10+ minutes; `lab --quick` runs instead"),
     (r"lab --build_warm_start", "builds the lab's warm start (2 minutes); `lab --quick` builds a small one"),
     (r"benchmarks/gpu_", "a GPU check, or wheels downloaded for one; tests/test_gpu_acceptance.py runs its CPU path"),

@@ -78,6 +78,8 @@ def perturbation_reads(name: str) -> frozenset[str]:
 
 
 def get_perturbation(name: str) -> PerturbationFn:
+    """The registered perturbation `name` (`PERTURBATIONS`); an unknown name raises `ValueError` listing the
+    registered ones."""
     try:
         return PERTURBATIONS[name]
     except KeyError:

@@ -50,3 +50,13 @@ def test_every_public_name_has_a_docstring():
     missing = [name for name, obj in public_names() if not (obj.__doc__ or "").strip()]
     assert len(list(public_names())) > 30
     assert missing == []
+
+
+def test_the_data_page_lists_the_loaders_columns():
+    from vepo_trl.data import loaders
+
+    page = (REPO / "docs" / "python.md").read_text()
+    for what, columns in (("the problem", loaders.PROBLEM_COLUMNS), ("the answer", loaders.ANSWER_COLUMNS),
+                          ("the images", loaders.IMAGE_COLUMNS), ("an id (optional)", loaders.ID_COLUMNS)):  # fmt: skip
+        assert f"- {what}: " + ", ".join(f"`{c}`" for c in columns) + "\n" in page, what
+    assert f"{loaders.DEFAULT_MIN_PIXELS:,} and {loaders.DEFAULT_MAX_PIXELS:,}" in page

@@ -363,7 +363,9 @@ def documentation_pages() -> list[Path]:
                 yield value
 
     nav = yaml.safe_load((REPO / "mkdocs.yml").read_text())["nav"]
-    return [REPO / "README.md", *(REPO / "docs" / page for page in pages(nav))]
+    # changelog.md is CHANGELOG.md, put in by the site's hook (docs/_hooks/changelog.py)
+    where = {"changelog.md": REPO / "CHANGELOG.md"}
+    return [REPO / "README.md", *(where.get(page, REPO / "docs" / page) for page in pages(nav))]
 
 
 def documentation() -> str:

@@ -310,6 +310,8 @@ class Combination:
     test: Callable[..., bool]
     message: Callable[..., str]
     early: bool = True  # also checked on the raw command line and recipe (`precheck`)
+    # Values the rule refuses: the troubleshooting page shows the message they get (`troubleshooting_markdown`)
+    example: tuple = ()
 
 
 COMBINATIONS: list[Combination] = [
@@ -317,6 +319,7 @@ COMBINATIONS: list[Combination] = [
         ("min_pixels", "max_pixels"),
         lambda low, high: low <= high,
         lambda low, high: f"--min_pixels {low} --max_pixels {high}: need min_pixels <= max_pixels.",
+        example=(60000, 50000),
     ),
     Combination(
         ("generation_batch_size", "num_generations"),
@@ -325,6 +328,7 @@ COMBINATIONS: list[Combination] = [
             f"--generation_batch_size {batch}: must be a multiple of --num_generations {group} (whole groups of "
             "completions per prompt)."
         ),
+        example=(7, 2),
     ),
     Combination(
         ("save_strategy", "save_steps"),
@@ -333,11 +337,13 @@ COMBINATIONS: list[Combination] = [
             f"--save_steps {steps} with --save_strategy steps: never saves (a step count >= 1, or a fraction of the "
             "run below 1); for no checkpoints pass --save_strategy no."
         ),
+        example=("steps", 0),
     ),
     Combination(
         ("entropy_coef_min", "entropy_coef_max"),
         lambda low, high: low <= high,
         lambda low, high: f"--entropy_coef_min {low} --entropy_coef_max {high}: need entropy_coef_min <= max.",
+        example=(0.5, 0.1),
     ),
     Combination(
         ("reward_weights", "reward_funcs"),
@@ -347,6 +353,7 @@ COMBINATIONS: list[Combination] = [
             f"--reward_funcs has {len(_as_list(funcs))} ({' '.join(_as_list(funcs))})."
         ),
         early=False,  # after the reward names are known to exist (an unknown name is the first thing to say)
+        example=([0.5, 0.5], ["accuracy"]),
     ),
     # VEPO's token selection against GRPO's options that act on the same tokens or their weights
     Combination(
@@ -357,6 +364,7 @@ COMBINATIONS: list[Combination] = [
             f"so selection_strategy={strategy!r} could only reweight whole responses, not choose tokens. Use "
             "importance_sampling_level='token' with token selection, or selection_strategy='full' for GSPO."
         ),
+        example=("sequence", "vepo"),
     ),
     Combination(
         ("selection_mode", "top_entropy_quantile"),
@@ -364,6 +372,7 @@ COMBINATIONS: list[Combination] = [
         lambda mode, quantile: (
             "selection_mode='weight' and top_entropy_quantile < 1 both weight the policy-gradient term; use one."
         ),
+        example=("weight", 0.2),
     ),
     Combination(
         ("use_adaptive_entropy", "selection_strategy"),
@@ -372,6 +381,7 @@ COMBINATIONS: list[Combination] = [
             "use_adaptive_entropy is not supported with token selection: its controller would see TRL's masked "
             "entropy, not VEPO's entropy_scope. Use a fixed entropy_coef, or selection_strategy='full'."
         ),
+        example=(True, "vepo"),
     ),
     Combination(
         ("top_entropy_quantile", "selection_strategy"),
@@ -381,8 +391,29 @@ COMBINATIONS: list[Combination] = [
             f"selection_strategy={strategy!r}. Leave top_entropy_quantile at 1.0 and use selection_strategy='entropy' "
             "with selection_ratio for per-response top-k entropy."
         ),
+        example=(0.2, "vepo"),
     ),
 ]
+
+
+def troubleshooting_markdown() -> str:
+    """The troubleshooting page's generated part (docs/troubleshooting.md): every option's range as `RANGES` holds it,
+    and every combination rule with the one-line refusal its example values get, rendered from the rules that raise
+    them (a test keeps the page equal to this)."""
+    rows = ["| option | must be |", "|---|---|"]
+    rows += [f"| `--{name}` | {rule.valid} |" for name, rule in sorted(RANGES.items())]
+    combos = [
+        f"- `{' '.join(f'--{field} {_show_example(value)}' for field, value in zip(c.fields, c.example))}`: "
+        + c.message(*c.example)
+        for c in COMBINATIONS
+    ]
+    return "\n".join(["### Values", "", *rows, "", "### Settings that cannot go together", "", *combos]) + "\n"
+
+
+def _show_example(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return " ".join(map(_show_example, value))
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _true(value) -> bool:

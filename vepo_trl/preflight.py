@@ -271,9 +271,10 @@ LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "l
                "lora_modules_to_save", "lora_task_type", "use_rslora", "use_dora")  # fmt: skip
 
 
-def check_nothing_ignored(script_args, training_args, model_args, given=()) -> None:
+def check_nothing_ignored(script_args, training_args, model_args, given=(), typed=()) -> None:
     """Every setting the run was given takes effect, or is refused here in one line naming it. `given`: the names the
-    command line or recipe set (the CLI's; the Python API compares with the defaults instead)."""
+    command line or recipe set (the CLI's; the Python API compares with the defaults instead); `typed`: those of the
+    command line alone."""
     from trl import ModelConfig
 
     defaults = ModelConfig()
@@ -287,6 +288,15 @@ def check_nothing_ignored(script_args, training_args, model_args, given=()) -> N
                 f"would: add --use_peft true, or drop {', '.join('--' + name for name in set_here)}."
             )
     datasets_read = [script_args.dataset_name, script_args.eval_dataset_name or None]
+    # A recipe's synthetic_rows goes with its synthetic data: a dataset_name typed over it leaves it unread by design
+    recipe_rows_only = "synthetic_rows" not in typed and "dataset_name" in typed
+    generated = {SYNTHETIC_DATASET, LAB_DATASET} & set(datasets_read)
+    if "synthetic_rows" in given and not generated and not recipe_rows_only:
+        raise UsageError(
+            f"--synthetic_rows {script_args.synthetic_rows}: only dataset_name synthetic or lab generates rows, and "
+            f"this run reads {script_args.dataset_name}: drop --synthetic_rows (--max_train_samples keeps the first N "
+            "rows)."
+        )
     if LAB_DATASET in datasets_read:
         bounds = [name for name in ("min_pixels", "max_pixels") if getattr(script_args, name) is not None]
         if bounds:
@@ -348,17 +358,17 @@ def _hub_dataset_cached(repo_id: str) -> bool:
     return hub.is_dir() or prepared.is_dir()
 
 
-def check_arguments(script_args, training_args, model_args, given=()) -> None:
+def check_arguments(script_args, training_args, model_args, given=(), typed=()) -> None:
     """Everything that can be checked without loading anything: model, rewards, data names and values, settings that
     would be ignored, the output folder, the Hub when a name needs it. Raises `UsageError`. `given`: the option names
-    the command line and recipe set (`check_nothing_ignored`)."""
+    the command line and recipe set, `typed` the command line's alone (`check_nothing_ignored`)."""
     check_output_dir(training_args.output_dir)
     try:
         get_reward_funcs(script_args.reward_funcs)
     except ValueError as error:
         raise UsageError(f"reward_funcs: {error}") from None
     _check_values(script_args, training_args, model_args)
-    check_nothing_ignored(script_args, training_args, model_args, given)
+    check_nothing_ignored(script_args, training_args, model_args, given, typed)
     if training_args.use_vllm:
         from .trl_compat.vllm_prompts import check_vllm_version
 

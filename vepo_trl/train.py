@@ -108,7 +108,9 @@ class VEPOScriptArguments(ScriptArguments):
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N training rows."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N evaluation rows."})
-    synthetic_rows: int = field(default=256, metadata={"help": "Rows generated when dataset_name is synthetic."})
+    synthetic_rows: int = field(
+        default=256, metadata={"help": "Rows generated when dataset_name is synthetic or lab."}
+    )
     freeze_vision_tower: bool = field(
         default=True, metadata={"help": "Freeze the vision encoder and its merger, as in the paper."}
     )

@@ -54,6 +54,11 @@ ACCEPTED_AND_IGNORED = [
     (["--deepspeed", str(REPO / "recipes" / "accelerate_configs" / "zero2.yaml")], "not a DeepSpeed JSON config"),
     # (f21) image bounds on data that has its own fixed size
     (["--dataset_name", "lab", "--min_pixels", "1"], "dataset_name lab draws its images at the warm start's"),
+    # (a newcomer, this stop) rows to generate, typed with a data file that generates none
+    (
+        ["--dataset_name", "rows.jsonl", "--synthetic_rows", "64"],
+        "--synthetic_rows 64: only dataset_name synthetic or lab",
+    ),
     # (y25, y26) a second recipe
     (["--config", TINY_RECIPE], "--config is given twice"),
     ([f"--config={TINY_RECIPE}"], "--config is given twice"),

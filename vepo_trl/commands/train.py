@@ -198,7 +198,7 @@ def _parse(command: str, argv: list[str]):
             # TRL's own default (gradient_checkpointing) trips a transformers deprecation warning the user cannot act on
             warnings.simplefilter("ignore", FutureWarning)
             args = parser.parse_args_and_config(argv)
-        check_arguments(*args, given=_given(argv, recipe))
+        check_arguments(*args, given=_given(argv, recipe), typed=_given(argv, None))
     except (ValueError, TypeError) as error:
         _fail(command, " ".join(str(error).split()))
     return args

@@ -1,5 +1,5 @@
 """Each family's reference checkpoint as its processor and config see it (no weights), for
-tests/test_real_processors.py: the image-processor class and the kwargs that rebuild its `preprocessor_config.json`,
+tests/test_perturb_real_processors.py: the image-processor class and the kwargs that rebuild its `preprocessor_config.json`,
 what the family's processor adds on every call, the config class and the kwargs that give it the checkpoint's vision
 geometry. Each entry cites its source in a comment above it ("read": a public copy of the file, named; "as X": another
 entry's file, and then derived from it; "card": the model card and the family's known geometry; "class defaults": the
@@ -18,7 +18,7 @@ class RealProcessor:
     on every call (`call`); the config class and the kwargs that give it the checkpoint's vision geometry. A family
     module declares one as `REAL_PROCESSOR`, its source in a comment above it ("read": a public copy of the file,
     named; "as X": another entry's file; "card": the model card and the family's known geometry; "class defaults": the
-    transformers class); tests/test_real_processors.py checks the perturbations on it at real image sizes."""
+    transformers class); tests/test_perturb_real_processors.py checks the perturbations on it at real image sizes."""
 
     checkpoint: str
     processor: str
@@ -177,7 +177,7 @@ REAL_PROCESSORS["smolvlm"] = RealProcessor(
 
 LLAVA_ONEVISION_PINPOINTS = [[384 * i, 384 * j] for i in range(1, 7) for j in range(1, 7)]  # "anyres_max_9"
 
-# llava-hf/llava-onevision-qwen2-7b-ov-hf preprocessor_config.json (as tests/test_anyres_letterbox.py):
+# llava-hf/llava-onevision-qwen2-7b-ov-hf preprocessor_config.json (as tests/test_perturb_layouts.py):
 # LlavaOnevisionImageProcessor, size 384x384, mean/std 0.5, image_grid_pinpoints (384 i, 384 j) for i, j in 1..6.
 # config.json vision (SigLIP so400m) image_size 384, patch_size 14
 REAL_PROCESSORS["llava-onevision"] = RealProcessor(
@@ -201,7 +201,7 @@ REAL_PROCESSORS["llava-onevision"] = RealProcessor(
 
 LLAVA_NEXT_PINPOINTS = [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]]
 
-# llava-hf/llava-v1.6-mistral-7b-hf preprocessor_config.json (as tests/test_anyres_letterbox.py):
+# llava-hf/llava-v1.6-mistral-7b-hf preprocessor_config.json (as tests/test_perturb_layouts.py):
 # LlavaNextImageProcessor, shortest_edge 336, crop 336x336, CLIP mean/std, the 5 LLAVA_NEXT_PINPOINTS. config.json
 # vision (CLIP ViT-L/14-336) image_size 336, patch_size 14
 REAL_PROCESSORS["llava-next"] = RealProcessor(

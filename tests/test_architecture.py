@@ -140,3 +140,28 @@ def test_no_class_is_over_300_lines(path):
 
 def test_the_trainer_is_wiring():
     assert len((PACKAGE / "trainer.py").read_text().splitlines()) < 300
+
+
+# Test modules about the repository rather than one module of the package
+REPOSITORY_TESTS = {"architecture", "docs", "benchmarks", "recipes"}
+
+
+def module_under_test(test_file: Path) -> str | None:
+    """The package module (or repository part) a unit-test file is named after: `test_<module path>[_<aspect>].py`,
+    the longest module path that prefixes the name; None when no module does."""
+    name = test_file.stem.removeprefix("test_")
+    modules = {module_name(path).removeprefix("vepo_trl.").replace(".", "_") for path in PACKAGE.rglob("*.py")}
+    candidates = [m for m in modules | REPOSITORY_TESTS if name == m or name.startswith(m + "_")]
+    return max(candidates, key=len, default=None)
+
+
+def test_every_unit_test_file_is_named_after_what_it_tests():
+    """A reader finds a module's tests by its name (end-to-end suites, which cross modules, live in tests/e2e/)."""
+    unnamed = [path.name for path in sorted((ROOT / "tests").glob("test_*.py")) if module_under_test(path) is None]
+    assert unnamed == []
+
+
+def test_the_test_name_rule_finds_the_module():
+    assert module_under_test(Path("test_trl_compat_checkpoint.py")) == "trl_compat_checkpoint"
+    assert module_under_test(Path("test_trainer_loss.py")) == "trainer"
+    assert module_under_test(Path("test_loss_semantics.py")) is None

@@ -1,4 +1,4 @@
-"""Run under `accelerate launch --num_processes 2` (CPU, gloo) by tests/test_distributed.py.
+"""Run under `accelerate launch --num_processes 2` (CPU, gloo) by tests/e2e/test_distributed.py.
 
 Two processes whose batches disagree: with `shuffle_dataset=False`, one prompt per process per step and prompts
 alternating text-only / with an image, process 0 only ever sees text-only prompts and process 1 only prompts with an

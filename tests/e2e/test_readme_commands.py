@@ -33,7 +33,10 @@ NOT_HERE = [
     (r"--push_to_hub true", "pushes to the Hub (tests/e2e/test_hub_push.py pushes to a stand-in of its HTTP API)"),
     (r"--output_dir docs/lab|--seeds 0,1,2,3,4", "a full lab or sweep: 10+ minutes; `lab --quick` runs instead"),
     (r"lab --build_warm_start", "builds the lab's warm start (2 minutes); `lab --quick` builds a small one"),
-    (r"benchmarks/gpu_", "a GPU check, or wheels downloaded for one; tests/test_gpu_acceptance.py runs its CPU path"),
+    (
+        r"benchmarks/gpu_",
+        "a GPU check, or wheels downloaded for one; tests/test_benchmarks_gpu_acceptance.py runs its CPU path",
+    ),
 ]
 
 

@@ -39,7 +39,7 @@ PATCHES: tuple[Patch, ...] = (
         "load_state_dict(strict=False), so most weights stay at their base values while the run announces the resume",
         "transformers/trainer.py `_load_from_checkpoint` (load_state_dict on the converted names)",
         "runs only when the Trainer's own load left keys missing: inert once transformers maps the names itself",
-        "tests/test_resume.py::test_restore_is_inert_when_the_trainer_finds_every_key",
+        "tests/test_trl_compat_checkpoint.py::test_restore_is_inert_when_the_trainer_finds_every_key",
     ),
     Patch(
         "epoch-aware data order on resume",
@@ -48,7 +48,7 @@ PATCHES: tuple[Patch, ...] = (
         "TRL's RepeatSampler has no set_epoch: a run resumed in epoch k >= 1 draws epoch 0's order again",
         "trl/trainer/grpo_trainer.py `RepeatSampler` (one generator, no set_epoch)",
         "when TRL's sampler has its own set_epoch (`epoch_aware` then returns it as it is)",
-        "tests/test_resume.py::test_resume_after_the_first_epoch_reads_the_rows_of_the_uninterrupted_run",
+        "tests/test_trl_compat_checkpoint.py::test_resume_after_the_first_epoch_reads_the_rows_of_the_uninterrupted_run",
     ),
     Patch(
         "whole checkpoints or none",
@@ -67,7 +67,7 @@ PATCHES: tuple[Patch, ...] = (
         "TRL hands vLLM processor-expanded ids, which vLLM expands a second time: rollouts from a corrupted prompt",
         "huggingface/trl#6294, #6401 (open); the fix proposed in #6718",
         "when TRL hands vLLM one placeholder per image (the standin test then sees no double expansion)",
-        "tests/test_vllm_prompts.py::test_trls_own_trainer_hands_colocate_vllm_pre_expanded_prompts",
+        "tests/test_trl_compat_vllm_prompts.py::test_trls_own_trainer_hands_colocate_vllm_pre_expanded_prompts",
     ),
     Patch(
         "prompts of processors that pad or return tensors",
@@ -86,7 +86,7 @@ PATCHES: tuple[Patch, ...] = (
         "TRL marks text-only rows with None in the image list, which the processor rejects when scoring",
         "trl/trainer/grpo_trainer.py `_generate` (images per row, None without)",
         "when TRL passes [] for a row without images (the mixin then changes nothing)",
-        "tests/test_mixed_batches.py::test_mixed_data_trains_at_every_batch_arithmetic",
+        "tests/test_trainer_mixed_batches.py::test_mixed_data_trains_at_every_batch_arithmetic",
     ),
     Patch(
         "chunks without an image",
@@ -95,7 +95,7 @@ PATCHES: tuple[Patch, ...] = (
         "a chunk of text-only rows gets an empty pixel_values and the model fails (torch.cat of an empty list)",
         "trl/trainer/grpo_trainer.py `_get_per_token_logps_and_entropies` (image tensors sliced per chunk)",
         "TRL's own call runs wherever every chunk holds an image",
-        "tests/test_mixed_batches.py::test_each_rows_log_probs_equal_its_forward_alone",
+        "tests/test_trainer_mixed_batches.py::test_each_rows_log_probs_equal_its_forward_alone",
     ),
     Patch(
         "a prefix LM's completion scored causally",

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from .support import free_port
+from tests.support import free_port
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "distributed" / "mixed_ranks.py"
 
 

@@ -96,7 +96,7 @@ def test_rollout_forward_condition_matches_trl(
         vllm_importance_sampling_correction=correction,
     )
     # TRL's trainer with vLLM given one placeholder per image (its own colocate prompts are corrupted by vLLM's
-    # expansion: tests/test_vllm_prompts.py); what is observed here, its forwards, is TRL's own
+    # expansion: tests/test_trl_compat_vllm_prompts.py); what is observed here, its forwards, is TRL's own
     trainer = GRPOWithVLLMPrompts(
         model=tiny_model_dir, reward_funcs=length_reward, args=args, train_dataset=visual_dataset
     )

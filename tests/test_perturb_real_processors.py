@@ -19,7 +19,7 @@ prompt, a batch of prompts and a white diagram:
 - an image is perturbed alike alone and batched beside another one;
 - identical tiles of one image (the white page) each get their own noise.
 
-A family in `FAMILIES` without an entry in `tests/reference_processors.py` fails `test_real_processor_table_covers_every_family`. Run with `pytest tests/test_real_processors.py`.
+A family in `FAMILIES` without an entry in `tests/reference_processors.py` fails `test_real_processor_table_covers_every_family`. Run with `pytest tests/test_perturb_real_processors.py`.
 """
 
 from __future__ import annotations

@@ -46,7 +46,14 @@ def test_prepare_carries_what_the_image_lacks_and_nothing_it_has(prepare):
     # In the image at a version our pins exclude (5.17 < 5.23): carried
     assert "transformers" in names
     # In the image at versions that fit: never carried (torch alone is GBs)
-    assert not names & {"torch", "torchvision", "numpy", "accelerate", "huggingface-hub", "pyarrow", "pandas"}
+    assert not names & {"torch", "torchvision", "numpy", "pyarrow", "pandas"}
+    # An image package travels only for a requirement its version misses, named (transformers 5.25 needs
+    # huggingface-hub>=2.4 where the image has 1.33)
+    for item in carried:
+        if item.name in prepare.GPU_IMAGE_VERSIONS:
+            assert (
+                item.why.startswith(f"image has {prepare.GPU_IMAGE_VERSIONS[item.name]}; ") and " needs " in item.why
+            )
     assert any(note.startswith("left out av") for note in notes)
     for item in carried:  # the versions this environment (CI) tests
         assert item.version == prepare.metadata.version(item.name)

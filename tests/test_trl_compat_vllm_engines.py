@@ -70,13 +70,17 @@ def test_a_vllm_module_that_fails_to_import_blocks_its_architecture(fake_vllm):
     assert "PixtralRotaryEmbedding" in reason and ".py)" not in reason  # the file's path left out
 
 
-def test_the_transformers_backend_needs_the_processors_token_counts(fake_vllm):
+def test_the_transformers_backend_needs_the_processors_token_counts(fake_vllm, monkeypatch):
     """Idefics2 is not in vLLM's table: its Transformers backend would run it, and calls the processor's
-    `_get_num_multimodal_tokens`, which transformers' Idefics2Processor does not have (the real class is read)."""
+    `_get_num_multimodal_tokens` (the real class is read). transformers' Idefics2Processor has it from 5.25: nothing
+    is refused then; before (the class without it, as in 5.24) one line names what it lacks."""
     from transformers import Idefics2Processor
 
-    assert not hasattr(Idefics2Processor, "_get_num_multimodal_tokens")
-    reason = vllm_prompts.vllm_blocker(tiny_config("idefics2"))
+    config = tiny_config("idefics2")
+    if "_get_num_multimodal_tokens" in Idefics2Processor.__dict__:
+        assert vllm_prompts.vllm_blocker(config) is None
+        monkeypatch.delattr(Idefics2Processor, "_get_num_multimodal_tokens")
+    reason = vllm_prompts.vllm_blocker(config)
     assert "has no Idefics2ForConditionalGeneration" in reason and "Idefics2Processor lacks" in reason
 
 

@@ -201,8 +201,15 @@ def make_config(tmp_path, config_cls=VEPOConfig, **overrides):
 
 
 def length_reward(completions, **kwargs):
-    # Deterministic and varied within a group, so advantages are non-zero without a model that can answer
+    # Deterministic and usually varied within a group, so advantages are non-zero without a model that can answer
     return [float(len(completion[0]["content"]) % 5) for completion in completions]
+
+
+def alternating_reward(completions, **kwargs):
+    """1, 0, 1, 0, ... in batch order: TRL lays a prompt's generations side by side, so every group of two or more
+    holds both values and every advantage is non-zero, whatever a random model samples (a model that writes
+    completions of one length gives `length_reward`'s groups no spread)."""
+    return [float(index % 2 == 0) for index in range(len(completions))]
 
 
 def mask_with_weights(trainer, inputs, state_dict=None, step=None):

@@ -28,7 +28,7 @@ from vepo_trl.scoring import SELECTION_STRATEGIES
 from vepo_trl.trainer import SELECTION_KEY
 from vepo_trl.trl_compat.prompt_padding import text_pads, text_returns_tensors
 
-from .support import REPO, length_reward, make_config
+from .support import REPO, alternating_reward, length_reward, make_config
 
 
 FAMILY_NAMES = [family.name for family in FAMILIES]
@@ -116,7 +116,7 @@ def test_families_unsupported_model_is_refused_in_one_line():
 def test_families_grpo_trainer_trains_one_step(tiny_dirs, dataset, tmp_path, family):
     trainer = GRPOTrainer(
         model=tiny_dirs[family],
-        reward_funcs=length_reward,
+        reward_funcs=alternating_reward,
         args=make_args(tmp_path, GRPOConfig),
         train_dataset=dataset,
     )
@@ -140,7 +140,7 @@ STEPS = sorted({(name, "diffusion") for name in _KINDS.values()} | {("vepo", nam
 def test_families_vepo_trains_one_step(tiny_dirs, dataset, tmp_path, family, strategy, perturbation):
     trainer = VEPOTrainer(
         model=tiny_dirs[family],
-        reward_funcs=length_reward,
+        reward_funcs=alternating_reward,
         args=make_args(tmp_path, selection_strategy=strategy, perturbation=perturbation),
         train_dataset=dataset,
     )
@@ -371,7 +371,7 @@ def test_families_paligemma_completion_is_scored_causally_where_trl_scores_it_bi
 def test_families_identity_perturbation_gives_no_signal(tiny_dirs, dataset, tmp_path, family):
     trainer = VEPOTrainer(
         model=tiny_dirs[family],
-        reward_funcs=length_reward,
+        reward_funcs=alternating_reward,
         args=make_args(tmp_path, perturbation="gaussian", noise_sigma=0.0),  # the identity
         train_dataset=dataset,
     )

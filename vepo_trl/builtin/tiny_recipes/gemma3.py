@@ -47,11 +47,16 @@ RECIPE = TinyRecipe(
         "head_dim": Derived(lambda build: build.head_dim),
         "query_pre_attn_scalar": Derived(lambda build: build.head_dim),
         "sliding_window": 64,
+        # gemma-3-4b-it's two RoPE tables: linear scaling (factor 8) on the global layers, none on the local ones
+        "rope_parameters": {
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+        },
         "pad_token_id": Tok("<pad>"),
         "eos_token_id": Tok("<end_of_turn>"),
         "bos_token_id": Tok("<bos>"),
     },
-    vision={"image_size": 56, "patch_size": 14},
+    vision={"image_size": 56, "patch_size": 14, "vision_use_head": False},
     top={
         "mm_tokens_per_image": 4,
         "boi_token_index": Tok("<start_of_image>"),

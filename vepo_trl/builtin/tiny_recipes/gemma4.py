@@ -55,6 +55,8 @@ RECIPE = TinyRecipe(
         "sliding_window": 64,
         "vocab_size_per_layer_input": _VOCAB,
         "hidden_size_per_layer_input": 8,
+        "final_logit_softcapping": 30.0,
+        "use_double_wide_mlp": True,
         "pad_token_id": Tok("<pad>"),
         "eos_token_id": Tok("<turn|>"),
         "bos_token_id": Tok("<bos>"),

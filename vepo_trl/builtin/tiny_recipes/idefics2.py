@@ -33,6 +33,7 @@ RECIPE = TinyRecipe(
     processor_args={"image_seq_len": 4},
     text={
         "model_type": "mistral",
+        "rms_norm_eps": 1e-5,
         "head_dim": Derived(lambda build: build.head_dim),
         "sliding_window": None,
         "pad_token_id": Tok("<unk>"),

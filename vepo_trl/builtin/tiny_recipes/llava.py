@@ -33,6 +33,7 @@ RECIPE = TinyRecipe(
     },
     text={
         "model_type": "llama",
+        "rms_norm_eps": 1e-5,
         "pad_token_id": Tok("<pad>"),
         "eos_token_id": Tok("</s>"),
         "bos_token_id": Tok("<s>"),
@@ -41,7 +42,7 @@ RECIPE = TinyRecipe(
     top={
         "image_token_index": Tok("<image>"),
         "vision_feature_select_strategy": "default",
-        "vision_feature_layer": -1,
+        "vision_feature_layer": -2,
         "image_seq_length": 16,
     },
     stop=("</s>",),

@@ -39,8 +39,13 @@ RECIPE = TinyRecipe(
     ),
     parts={"video_processor": ("LlavaOnevisionVideoProcessor", {})},
     processor_args={"num_image_tokens": 4, "vision_feature_select_strategy": "full"},
-    text={"model_type": "qwen2", "pad_token_id": Tok("<|endoftext|>"), "eos_token_id": Tok("<|im_end|>")},
-    vision={"model_type": "siglip_vision_model", "image_size": 28, "patch_size": 14},
+    text={
+        "model_type": "qwen2",
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1e6},
+        "pad_token_id": Tok("<|endoftext|>"),
+        "eos_token_id": Tok("<|im_end|>"),
+    },
+    vision={"model_type": "siglip_vision_model", "image_size": 28, "patch_size": 14, "vision_use_head": False},
     top={
         "image_token_index": Tok("<image>"),
         "video_token_index": Tok("<video>"),

@@ -37,7 +37,13 @@ RECIPE = TinyRecipe(
         "eos_token_id": Tok("<eos>"),
         "bos_token_id": Tok("<bos>"),
     },
-    vision={"model_type": "siglip_vision_model", "image_size": 56, "patch_size": 14, "projection_dim": _HIDDEN},
+    vision={
+        "model_type": "siglip_vision_model",
+        "vision_use_head": False,
+        "image_size": 56,
+        "patch_size": 14,
+        "projection_dim": _HIDDEN,
+    },
     top={
         "image_token_index": Tok("<image>"),
         "projection_dim": _HIDDEN,

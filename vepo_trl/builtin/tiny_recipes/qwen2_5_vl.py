@@ -29,6 +29,7 @@ RECIPE = TinyRecipe(
     text={
         **_qwen.TEXT,
         "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": _qwen.MROPE_SECTION},
+        "rms_norm_eps": 1e-6,
     },
     vision={
         "depth": Derived(lambda build: build.config.vision_depth),
@@ -38,6 +39,7 @@ RECIPE = TinyRecipe(
         "out_hidden_size": Derived(lambda build: build.config.hidden_size),
         "fullatt_block_indexes": Derived(lambda build: [build.config.vision_depth - 1]),
         "initializer_range": Derived(lambda build: build.config.initializer_range),
+        "tokens_per_second": 2,
     },
     shared_vision=False,
     top=_qwen.IMAGE_TOKENS,

@@ -16,6 +16,7 @@ RECIPE = TinyRecipe(
     text={
         **_qwen.TEXT,
         "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": _qwen.MROPE_SECTION},
+        "rms_norm_eps": 1e-6,
     },
     vision={
         "depth": 2,

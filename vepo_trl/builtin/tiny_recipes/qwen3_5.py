@@ -17,7 +17,12 @@ def _mrope_section(build) -> list[int]:
 # the real 128 (its CPU kernel takes no other)
 TEXT = {
     **_qwen.QWEN3_TEXT,
-    "rope_parameters": {**_qwen.QWEN3_TEXT["rope_parameters"], "mrope_section": Derived(_mrope_section)},
+    # Qwen3.5 turns at 1e7 where Qwen3-VL turns at 5e6
+    "rope_parameters": {
+        **_qwen.QWEN3_TEXT["rope_parameters"],
+        "rope_theta": 1e7,
+        "mrope_section": Derived(_mrope_section),
+    },
     "layer_types": ["linear_attention", "full_attention"],
     "linear_num_key_heads": 2,
     "linear_num_value_heads": 4,

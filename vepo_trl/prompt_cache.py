@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .batch import MODEL_INPUT_KEYS, ROW_KEYS, Batch, row_pieces, take_rows
+from .batch import MODEL_INPUT_KEYS, ROW_KEYS, Batch, take_rows
 
 
 def prompt_groups(input_ids, attention_mask, length: int, inputs: dict[str, Any]) -> list[list[int]]:
@@ -33,9 +33,7 @@ def prompt_groups(input_ids, attention_mask, length: int, inputs: dict[str, Any]
     prompts += [inputs[key][:, :prompt_length].to(input_ids) for key in ROW_KEYS if inputs.get(key) is not None]
     prompts = torch.cat(prompts, dim=1)
     # Each row's own image inputs, views of the batch's tensors
-    pieces = (inputs.row_pieces if isinstance(inputs, Batch) else row_pieces(inputs)) or [
-        {} for _ in range(input_ids.size(0))
-    ]
+    pieces = Batch.of(inputs).row_pieces or [{} for _ in range(input_ids.size(0))]
 
     groups: list[list[int]] = []
     for row in range(input_ids.size(0)):

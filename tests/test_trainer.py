@@ -406,7 +406,7 @@ def test_grpo_config_is_rejected(tiny_model_dir, visual_dataset, tmp_path):
         )
 
 
-def test_text_only_model_needs_a_text_strategy(tmp_path):
+def test_text_only_model_needs_a_text_strategy(tmp_path, monkeypatch):
     from datasets import Dataset
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
@@ -426,6 +426,12 @@ def test_text_only_model_needs_a_text_strategy(tmp_path):
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "1 + 1 ="}]}] * 4)
     with pytest.raises(ValueError, match="text-only"):
         make_trainer(str(tmp_path / "text"), dataset, tmp_path)
+    # A bare call (no args) builds the default VEPOConfig, the paper's selection, as GRPOTrainer builds GRPOConfig's
+    # defaults: refused in one line naming the text strategies, before anything is written (docs/python.md)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="use selection_strategy='entropy' or 'full'") as refusal:
+        VEPOTrainer(str(tmp_path / "text"), length_reward, train_dataset=dataset)
+    assert "\n" not in str(refusal.value) and not (tmp_path / "text-VEPO").exists()
     # A text strategy is fine on the same model
     trainer = make_trainer(str(tmp_path / "text"), dataset, tmp_path, selection_strategy="entropy", max_steps=1)
     trainer.train()

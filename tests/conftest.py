@@ -1,6 +1,8 @@
-"""Shared fixtures: a tiny Qwen2.5-VL saved once per session, synthetic visual rows in TRL's format, offline mode."""
+"""Shared fixtures: tiny models built once per test run, synthetic visual rows in TRL's format, offline mode."""
 
 import os
+import shutil
+from pathlib import Path
 
 
 # No test may touch the network: the hub stays unreachable even where it is not
@@ -16,7 +18,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from vepo_trl.builtin.tiny_models import save_tiny_qwen2_5_vl  # noqa: E402
+from vepo_trl.builtin.tiny_models import DEFAULT_FAMILY, TINY_MARKER, tiny_model_path  # noqa: E402
 
 
 torch.set_num_threads(1)
@@ -25,10 +27,11 @@ torch.set_num_threads(1)
 @pytest.fixture
 def nothing_loads(monkeypatch, tmp_path_factory):
     """`vepo-trl train` fails the test if it gets as far as loading a model or a data set (its input checks come
-    first); the session's cache folder."""
+    first); the run's cache folder."""
     import vepo_trl.train as train_module
+    from tests.support import run_cache
 
-    monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path_factory.getbasetemp() / "vepo-cache"))
+    monkeypatch.setenv("VEPO_TRL_CACHE", str(run_cache(tmp_path_factory)))
 
     def refuse(*args, **kwargs):
         raise AssertionError("a model or data set was loaded before the input was checked")
@@ -74,32 +77,40 @@ def openai_server():
     fake.close()
 
 
+def _tiny_folder(tmp_path_factory, family: str, where: Path) -> str:
+    """`family`'s tiny model (model + processor) built once per test run (the run's folder, shared by the xdist
+    workers) and copied into `where`, this worker's own: a test may write into it (an evaluation's model card)."""
+    from tests.support import run_cache
+
+    # The folder `--model_name_or_path tiny-<family>` resolves to in the run's VEPO_TRL_CACHE: one build serves both
+    built = tiny_model_path(run_cache(tmp_path_factory), family=family)
+    shutil.copytree(built, where, ignore=shutil.ignore_patterns(TINY_MARKER))
+    return str(where)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A saved tiny Qwen2.5-VL (model + processor), loadable with `from_pretrained` like a Hub id."""
-    return str(save_tiny_qwen2_5_vl(tmp_path_factory.mktemp("tiny") / "tiny-qwen2.5-vl"))
+    return _tiny_folder(tmp_path_factory, DEFAULT_FAMILY, tmp_path_factory.mktemp("tiny") / "tiny-qwen2.5-vl")
 
 
 class _TinyFolders(dict):
-    """family -> its tiny model's folder, built on first use and kept for the session."""
+    """family -> its tiny model's folder, made on first use and kept for the session."""
 
-    def __init__(self, root):
+    def __init__(self, tmp_path_factory):
         super().__init__()
-        self.root = root
+        self.factory = tmp_path_factory
+        self.root = tmp_path_factory.mktemp("tiny-families")
 
     def __missing__(self, family):
-        from vepo_trl.builtin.tiny_models import save_tiny
-
-        self[family] = str(save_tiny(family, self.root / family))
+        self[family] = _tiny_folder(self.factory, family, self.root / family)
         return self[family]
 
 
 @pytest.fixture(scope="session")
 def tiny_dirs(tmp_path_factory, tiny_model_dir):
-    """Every family's tiny model (model + processor) saved once per session, on first use: `tiny_dirs[family]`."""
-    from vepo_trl.builtin.tiny_models import DEFAULT_FAMILY
-
-    folders = _TinyFolders(tmp_path_factory.mktemp("tiny-families"))
+    """Every family's tiny model (model + processor), on first use: `tiny_dirs[family]`."""
+    folders = _TinyFolders(tmp_path_factory)
     folders[DEFAULT_FAMILY] = tiny_model_dir
     return folders
 
@@ -115,8 +126,10 @@ def visual_dataset():
 @pytest.fixture(scope="session")
 def shared_cache(tmp_path_factory):
     """One `VEPO_TRL_CACHE` for the tests that build the tiny model or the lab's warm start through the CLI: each is
-    built once per session, as a user's cache would hold it."""
-    return tmp_path_factory.mktemp("vepo_trl_cache")
+    built once per test run (all workers share it), as a user's cache would hold it."""
+    from tests.support import run_cache
+
+    return run_cache(tmp_path_factory)
 
 
 @pytest.fixture

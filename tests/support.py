@@ -5,6 +5,7 @@ recipes' parsing. No test module imports another; what two of them need lives he
 import contextlib
 import copy
 import json
+import os
 import shlex
 import socket
 import threading
@@ -325,11 +326,24 @@ def record_rollouts(trainer, clone: bool = False) -> list[dict]:
     return outputs
 
 
+def run_folder(tmp_path_factory) -> Path:
+    """A folder every process of this test run shares: pytest-xdist gives each worker its own base folder inside the
+    run's, so what is built there (tiny models, the lab's warm start, the field rules) is built once per run, not once
+    per worker. vepo_trl's builders are process-safe (each builds in a private folder and renames it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def run_cache(tmp_path_factory) -> Path:
+    """The run's `VEPO_TRL_CACHE` (in `run_folder`)."""
+    return run_folder(tmp_path_factory) / "vepo-cache"
+
+
 @pytest.fixture(autouse=True)
 def tiny_cache(tmp_path_factory, monkeypatch):
-    """`VEPO_TRL_CACHE` in the session's test folder (autouse where a module imports it): the tiny model is built
-    once per session there, never into the user's cache."""
-    monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path_factory.getbasetemp() / "vepo-cache"))
+    """`VEPO_TRL_CACHE` in the run's test folder (autouse where a module imports it): the tiny model is built once per
+    run there, never into the user's cache."""
+    monkeypatch.setenv("VEPO_TRL_CACHE", str(run_cache(tmp_path_factory)))
 
 
 def documentation_pages() -> list[Path]:

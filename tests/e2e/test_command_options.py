@@ -24,7 +24,7 @@ from vepo_trl.cli import main as cli_main
 from vepo_trl.options import option, parser_for
 from vepo_trl.validation import TEXT
 
-from ..support import REPO, TINY_RECIPE, assert_one_error_line, snapshot
+from ..support import REPO, TINY_RECIPE, assert_one_error_line, run_cache, snapshot
 
 
 EXAMPLES = int(os.environ.get("VEPO_HYPOTHESIS_EXAMPLES", "25"))
@@ -65,7 +65,7 @@ def every_command_stops_at_loading(monkeypatch, tmp_path_factory):
     from vepo_trl.insight import analyze_command, commands, inspect_command, plot_command
     from vepo_trl.lab import experiment as lab_run
 
-    monkeypatch.setenv("VEPO_TRL_CACHE", str(tmp_path_factory.getbasetemp() / "vepo-cache"))
+    monkeypatch.setenv("VEPO_TRL_CACHE", str(run_cache(tmp_path_factory)))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
     def reached(*args, **kwargs):

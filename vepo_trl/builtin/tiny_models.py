@@ -371,13 +371,17 @@ def save_tiny_qwen2_5_vl(path: str | os.PathLike, config: TinyModelConfig | None
     return save_tiny(DEFAULT_FAMILY, path, config, **overrides)
 
 
+# Written last into a cached tiny model's folder: the build finished
+TINY_MARKER = "vepo_tiny.json"
+
+
 def tiny_model_path(cache_dir: str | os.PathLike | None = None, seed: int = 0, family: str = DEFAULT_FAMILY) -> Path:
     """A saved tiny model of `family`, built once per seed under `cache_dir` (default: `$VEPO_TRL_CACHE` or the user
     cache)."""
     get_family(family)  # one line naming the families for an unknown one
     root = Path(cache_dir) if cache_dir else cache_root()
     path = root / f"tiny-{family}-seed{seed}"
-    if (path / "vepo_tiny.json").exists():
+    if (path / TINY_MARKER).exists():
         return path
     # Several processes (accelerate launch) may build at once: each writes its own folder, the first rename wins
     staging = root / f".{path.name}.{os.getpid()}"
@@ -392,11 +396,11 @@ def tiny_model_path(cache_dir: str | os.PathLike | None = None, seed: int = 0, f
     finally:
         if bars:
             transformers_logging.enable_progress_bar()
-    (staging / "vepo_tiny.json").write_text(json.dumps({"seed": seed}))
+    (staging / TINY_MARKER).write_text(json.dumps({"seed": seed}))
     try:
         os.rename(staging, path)
     except OSError:
-        if not (path / "vepo_tiny.json").exists():
+        if not (path / TINY_MARKER).exists():
             raise
         shutil.rmtree(staging, ignore_errors=True)
     return path

@@ -14,6 +14,7 @@ from .commands import (
     _load_rows,
     _pixel_bounds,
     _read_recipe,
+    _sample,
     _settings,
 )
 
@@ -64,23 +65,14 @@ def run_analysis(model, processor, rows, settings, *, args):
     from ..scoring import row_seeds
     from .analysis import SelectionAnalysis
     from .records import records_from_signals
-    from .signals import completion_signals, encode_prompt, sample_completions
+    from .signals import completion_signals, encode_prompt
 
     analysis = SelectionAnalysis(ratios=args.ratios, strategy=settings.strategy, alpha=settings.alpha)
     records = []
     start = time.perf_counter()
     for number, row in enumerate(rows):
         prompt = encode_prompt(processor, row["prompt"], row["images"], device=model.device)
-        completions = sample_completions(
-            model,
-            processor,
-            prompt,
-            1 if args.greedy else args.num_generations,
-            max_new_tokens=args.max_new_tokens,
-            temperature=settings.temperature,
-            greedy=args.greedy,
-            seed=args.sample_seed + number,
-        )
+        completions = _sample(model, processor, prompt, args, settings, seed=args.sample_seed + number)
         completions = [c for c in completions if c]
         if not completions:
             continue

@@ -157,3 +157,20 @@ def _dataset_bounds(args, bounds: dict[str, int]) -> dict[str, int]:
         # Synthetic rows default to the tiny model's bounds, as the demo trains on them
         return {k: v for k, v in (("min_pixels", args.min_pixels), ("max_pixels", args.max_pixels)) if v}
     return bounds
+
+
+def _sample(model, processor, prompt, args, settings, seed: int) -> list:
+    """The responses a command scores for one prompt: `--num_generations` samples at the recipe's temperature, or one
+    greedy answer with `--greedy`."""
+    from .signals import sample_completions
+
+    return sample_completions(
+        model,
+        processor,
+        prompt,
+        1 if args.greedy else args.num_generations,
+        max_new_tokens=args.max_new_tokens,
+        temperature=settings.temperature,
+        greedy=args.greedy,
+        seed=seed,
+    )

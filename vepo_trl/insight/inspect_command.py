@@ -18,6 +18,7 @@ from .commands import (
     _pixel_bounds,
     _read_recipe,
     _rewards,
+    _sample,
     _settings,
 )
 
@@ -162,23 +163,14 @@ def run_inspect(model, processor, messages, images, settings, *, args, answer, m
     """Sample (or take) responses of one prompt, score them, and return their `SelectionRecord`s."""
     from ..rewards import completion_to_text
     from .records import records_from_signals
-    from .signals import completion_signals, encode_prompt, encode_responses, sample_completions
+    from .signals import completion_signals, encode_prompt, encode_responses
 
     device = model.device
     prompt = encode_prompt(processor, messages, images, device=device)
     if args.response:
         completions = encode_responses(processor, args.response)
     else:
-        completions = sample_completions(
-            model,
-            processor,
-            prompt,
-            1 if args.greedy else args.num_generations,
-            max_new_tokens=args.max_new_tokens,
-            temperature=settings.temperature,
-            greedy=args.greedy,
-            seed=args.sample_seed,
-        )
+        completions = _sample(model, processor, prompt, args, settings, seed=args.sample_seed)
     if not any(completions):
         raise SystemExit("vepo-trl inspect: error: every response is empty; nothing to show")
     example = completion_signals(model, processor, prompt, completions, settings, batch_size=args.batch_size)

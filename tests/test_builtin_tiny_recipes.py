@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+import torch
 import transformers
 
 from vepo_trl.builtin.tiny_models import TINY_FAMILIES, build_tiny_config, build_tiny_processor
@@ -178,3 +179,28 @@ def test_the_comparison_sees_a_difference():
     record = REFERENCE_CONFIGS["llava"]["config"]
     assert record["vision_feature_layer"] == -2
     assert _same([24, 20, 20], [6, 5, 5], "mrope_section") and not _same([2, 3, 3], [6, 5, 5], "mrope_section")
+
+
+@pytest.mark.parametrize("family", ["llava", "llava-next", "llava-onevision"])
+def test_llava_folders_keep_the_hub_checkpoints_key_names(family, tmp_path):
+    """Saved as the Hub checkpoints name their weights (`vision_tower.vision_model.*`, `language_model.model.*`: what
+    vLLM loads), and read back by transformers unchanged. transformers 5 restores the names it renames at load only
+    for a model it loaded; the recipe's `finish` gives a built one the same mapping."""
+    from safetensors import safe_open
+    from transformers import AutoModelForImageTextToText
+
+    from vepo_trl.builtin.tiny_models import build_tiny
+
+    model, processor = build_tiny(family)
+    model.save_pretrained(tmp_path)
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as weights:
+        keys = list(weights.keys())
+    assert any(key.startswith("vision_tower.vision_model.") for key in keys)
+    assert any(key.startswith("language_model.model.") for key in keys)
+    assert not any(key.startswith("vision_tower.embeddings") for key in keys)
+    loaded = AutoModelForImageTextToText.from_pretrained(tmp_path)
+    mine = model.state_dict()
+    assert {name: tensor.shape for name, tensor in loaded.state_dict().items()} == {
+        name: tensor.shape for name, tensor in mine.items()
+    }
+    assert all(torch.equal(tensor, mine[name]) for name, tensor in loaded.state_dict().items())

@@ -12,6 +12,15 @@ CHAT_TEMPLATE = (
 )
 
 
+def hub_key_names(model, build):
+    """Save with the Hub checkpoints' key names (`vision_tower.vision_model.*`, as vLLM loads them): transformers 5
+    reverses its load-time renames on save only for a model it loaded, so the built model gets the ones it would have
+    loaded with. `from_pretrained` reads the folder unchanged."""
+    from transformers.conversion_mapping import get_model_conversion_mapping
+
+    model._weight_conversions = get_model_conversion_mapping(model, add_legacy=False)
+
+
 FAMILY = "llava"
 RECIPE = TinyRecipe(
     model="LlavaForConditionalGeneration",
@@ -47,4 +56,5 @@ RECIPE = TinyRecipe(
     },
     stop=("</s>",),
     suppress=("<image>",),
+    finish=hub_key_names,
 )

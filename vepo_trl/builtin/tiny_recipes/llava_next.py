@@ -1,6 +1,7 @@
 """The tiny llava-next model as data (its runtime adapter is `vepo_trl.families.llava_next`)."""
 
 from .base import Derived, TinyRecipe, Tok
+from .llava import hub_key_names
 
 
 # CLIP at 28 px (2x2 patches of 14 + CLS, dropped by the "default" feature strategy), any-resolution grids of up to 2x2
@@ -51,4 +52,5 @@ RECIPE = TinyRecipe(
     },
     stop=("</s>",),
     suppress=("<image>",),
+    finish=hub_key_names,
 )

@@ -2,6 +2,7 @@
 
 from . import _qwen
 from .base import TinyRecipe, Tok
+from .llava import hub_key_names
 
 
 # Its chat template (Qwen2 turns, `<image>` placeholders before the text), as its Hub processors ship it
@@ -55,4 +56,5 @@ RECIPE = TinyRecipe(
     },
     stop=("<|im_end|>", "<|endoftext|>"),
     suppress=("<image>", "<video>"),
+    finish=hub_key_names,
 )

@@ -436,3 +436,15 @@ def test_text_only_model_needs_a_text_strategy(tmp_path, monkeypatch):
     trainer = make_trainer(str(tmp_path / "text"), dataset, tmp_path, selection_strategy="entropy", max_steps=1)
     trainer.train()
     assert AutoTokenizer.from_pretrained(tmp_path / "text") is not None
+
+
+def test_the_constructor_takes_what_grpo_trainers_takes():
+    """A drop-in: the parameters GRPOTrainer names come in the same order with the same defaults (TRL 1.16 made
+    `reward_funcs` optional, an environment can own the reward; TRL's own test_no_reward_source_raises calls it so)."""
+    import inspect
+
+    from trl import GRPOTrainer
+
+    ours = list(inspect.signature(VEPOTrainer.__init__).parameters.values())
+    theirs = list(inspect.signature(GRPOTrainer.__init__).parameters.values())
+    assert [(p.name, p.default) for p in ours[:3]] == [(p.name, p.default) for p in theirs[:3]]

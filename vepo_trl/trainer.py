@@ -92,7 +92,7 @@ class VEPOTrainer(
             }"""),
     }
 
-    def __init__(self, model, reward_funcs, args: VEPOConfig | None = None, *pos_args, **kwargs):
+    def __init__(self, model, reward_funcs=None, args: VEPOConfig | None = None, *pos_args, **kwargs):
         model, reward_funcs = checked_model(model), named_rewards_resolved(reward_funcs)
         if args is None:
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)

@@ -36,12 +36,7 @@ RECIPE = TinyRecipe(
     ),
     parts={"video_processor": ("InternVLVideoProcessor", {})},
     processor_args={"image_seq_length": 1},
-    text={
-        "model_type": "qwen2",
-        "rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e6},
-        "pad_token_id": Tok("<|endoftext|>"),
-        "eos_token_id": Tok("<|im_end|>"),
-    },
+    text={"model_type": "qwen2", "pad_token_id": Tok("<|endoftext|>"), "eos_token_id": Tok("<|im_end|>")},
     vision={"image_size": [28, 28], "patch_size": [14, 14]},
     top={
         "image_token_id": Tok("<IMG_CONTEXT>"),

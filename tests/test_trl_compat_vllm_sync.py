@@ -1,8 +1,8 @@
 """Weight syncs to vLLM under the checkpoint's names (`vepo_trl.trl_compat.vllm_sync`): TRL 1.16's own sync
 (`VLLMGeneration._iter_named_params`, the engine left out) names the weights as transformers 5 holds them in memory,
 which for nine families are not the names of the folder vLLM loaded; with the patch every name is the folder's (the
-tensors' own keys in its safetensors files), for every family, plain and under PEFT, and a TRL that already sends
-the folder's names is left alone."""
+keys of its safetensors files), for every family, plain and under PEFT, but fused MoE experts, which keep TRL's name;
+a TRL that already sends the folder's names is left alone."""
 
 from pathlib import Path
 
@@ -74,8 +74,17 @@ def test_under_peft_the_merged_weights_go_under_the_checkpoints_names(tiny_dirs)
 def test_inert_once_trl_sends_the_checkpoints_names(tiny_dirs):
     """A TRL whose own naming already gives the folder's names: the patch passes them through unchanged (renaming a
     name on disk again would break it: LLaVA's reversed renames are not idempotent)."""
-    model = AutoModelForImageTextToText.from_pretrained(tiny_dirs["llava"], dtype=torch.float32)
-    on_disk = checkpoint_names(model)
+    folder = tiny_dirs["llava"]
+    model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32)
+    disk = keys_on_disk(folder)
+    # the folder's names in the order of the parameters: its safetensors keys, matched by the tensors' values
+    state = {key: tensor for file in Path(folder).glob("*.safetensors") for key, tensor in load_file(file).items()}
+    on_disk = {}
+    for name, param in model.named_parameters():
+        keys = [k for k, t in state.items() if t.shape == param.shape and torch.equal(t, param.detach())]
+        if len(keys) == 1:
+            on_disk[name] = keys[0]
+    assert len(on_disk) > len(disk) // 2  # most tensors are unique (norms and zero biases are not)
 
     class FixedTRL:
         def _fix_param_name_to_vllm(self, name, extra_prefixes=None):
@@ -83,8 +92,28 @@ def test_inert_once_trl_sends_the_checkpoints_names(tiny_dirs):
 
     generation = FixedTRL()
     assert sync_under_checkpoint_names(generation, model)
-    for name, _ in model.named_parameters():
-        assert generation._fix_param_name_to_vllm(name) == on_disk[name]
+    for name, key in on_disk.items():
+        assert generation._fix_param_name_to_vllm(name) == key
+
+
+def test_a_quantizers_loading_step_renames_nothing(tiny_dirs):
+    """A pre-quantized checkpoint (bitsandbytes 4-bit) adds a load-time step with no reverse (`Bnb4bitDeserialize`
+    raises NotImplementedError on `reverse_op`): the names are the model's renames alone, and nothing raises."""
+    from transformers.core_model_loading import ConversionOps, WeightConverter
+
+    class Deserialize(ConversionOps):  # as transformers.integrations.bitsandbytes.Bnb4bitDeserialize: no reverse_op
+        def convert(self, input_dict, source_patterns, target_patterns, **kwargs):
+            return input_dict
+
+    model = AutoModelForImageTextToText.from_pretrained(tiny_dirs["llava"], dtype=torch.float32)
+    expected = checkpoint_names(model)
+    model._weight_conversions = [
+        *model._weight_conversions,
+        WeightConverter(["weight.absmax", "weight.quant_map"], "weight", operations=[Deserialize()]),
+    ]
+    with pytest.raises(NotImplementedError):
+        model._weight_conversions[-1].reverse_transform()
+    assert checkpoint_names(model) == expected and len(expected) == 64
 
 
 def test_a_trl_without_the_naming_hook_is_left_as_it_is(tiny_dirs):

@@ -396,8 +396,8 @@ EXPECTED_BLOCKED = {
 # LLaVA-OneVision takes one image per prompt (VEPO refuses two: TRL 1.16 cannot split its crops per prompt)
 FAMILY_SETTINGS = {"llava-onevision": {"rows": (0, 2, 3), "per_device_train_batch_size": 6}}
 # Families trained on the real engine besides Qwen2.5-VL (every tiny model builds at vLLM-CPU's head_dim): these, and
-# the LLaVA family and Mistral 3 where the installed vLLM starts them (0.31: their weights synced under the
-# checkpoint's names, trl_compat.vllm_sync; 0.30 refuses them). The others run on the stand-in only;
+# the LLaVA family and Mistral 3 where the installed vLLM starts them (0.31; the LLaVA family's weights synced under
+# the checkpoint's names, trl_compat.vllm_sync; 0.30 refuses them). The others run on the stand-in only;
 # tests/vllm_standin/README.md says why for each.
 ENGINE_FAMILIES = ["qwen2-vl", "qwen3-vl", "qwen3.5", "smolvlm", "internvl", "gemma4"] + [
     family

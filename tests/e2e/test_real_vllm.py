@@ -171,7 +171,10 @@ BF16_GAP = 0.5  # bf16 rounding on both sides, kernels apart: tenths of a nat; a
 IMAGE_ROW_GAP = {"gemma4": 1.0}
 
 
-def mixed_prompts(rows=(0, 1, 2, 3)) -> Dataset:
+ALL_ROWS = (0, 1, 2, 3)  # the rows of mixed_prompts
+
+
+def mixed_prompts(rows=ALL_ROWS) -> Dataset:
     """One batch of four prompts: one image, two images (of other sizes), none (a text-only question), one image."""
     question = {"type": "text", "text": "How many shapes? Answer briefly."}
     prompts = [
@@ -212,10 +215,17 @@ def logprob_gaps(output) -> list[float]:
 # 84x56 and 56x140: 2x4 each; 224x168: 8x6)
 IMAGES_PER_PROMPT = [1, 2, 0, 1]
 PADS_PER_PROMPT = [16, 16, 0, 48]
-IMAGES_PER_ROW = [n for n in IMAGES_PER_PROMPT for _ in range(2)]  # two completions per prompt
 
 
-def train_on_vllm(model_dir, tmp_path, trainer_cls=None, dtype="float32", rows=(0, 1, 2, 3), **overrides):
+def per_row(per_prompt: list[int], rows=ALL_ROWS) -> list[int]:
+    """A per-prompt figure for each rollout row of `mixed_prompts(rows)` (two completions per prompt)."""
+    return [per_prompt[row] for row in rows for _ in range(2)]
+
+
+IMAGES_PER_ROW = per_row(IMAGES_PER_PROMPT)
+
+
+def train_on_vllm(model_dir, tmp_path, trainer_cls=None, dtype="float32", rows=ALL_ROWS, **overrides):
     """Colocate mode, importance-sampling correction on (TRL then computes the trainer's log-probs of every rollout),
     sleep mode off, one rollout per step; `max_steps` rollouts of the mixed batch (its images seen again each
     step)."""
@@ -296,8 +306,7 @@ def test_pre_expanded_prompts_are_expanded_again(cpu_linear_reads_weights, qwen_
         qwen_dir, tmp_path, trainer_cls, rows=rows, per_device_train_batch_size=2 * len(rows), max_steps=1
     )
     ((sent, expanded),) = calls
-    images = [n for row in rows for n in [IMAGES_PER_PROMPT[row]] * 2]
-    pads = [n for row in rows for n in [PADS_PER_PROMPT[row]] * 2]
+    images, pads = per_row(IMAGES_PER_PROMPT, rows), per_row(PADS_PER_PROMPT, rows)
     if who == "GRPOTrainer" and image_pads(trainer, sent) == images:
         pytest.fail("TRL now sends vLLM one placeholder per image (trl#6294 fixed): vllm_prompts.vllm_gets can go")
     print(who, "image pads sent", image_pads(trainer, sent), "in the engine", image_pads(trainer, expanded))
@@ -415,7 +424,7 @@ def test_each_family_trains_on_the_real_engine(cpu_linear_reads_weights, family,
     if family in BF16_ONLY:
         settings.update(dtype="bfloat16", model_init_kwargs={"dtype": "bfloat16"})
     trainer, calls, rollouts = train_on_vllm(model_dir, tmp_path, **settings)
-    images_per_row = [IMAGES_PER_PROMPT[i] for i in settings.get("rows", range(4)) for _ in range(2)]
+    images_per_row = per_row(IMAGES_PER_PROMPT, settings.get("rows", ALL_ROWS))
     assert trainer.state.global_step == 2 and len(calls) == 2
     for step, ((sent, expanded), rollout) in enumerate(zip(calls, rollouts), 1):
         assert image_pads(trainer, sent) == images_per_row

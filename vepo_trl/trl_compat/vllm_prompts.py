@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterator
 
 from ..utils import instance_override
+from .vllm_sync import sync_under_checkpoint_names
 
 
 logger = logging.getLogger(__name__)
@@ -354,8 +355,6 @@ def guard_vllm_rollouts(trainer) -> None:
     """After `GRPOTrainer.__init__` built TRL's vLLM generation: weights synced under the checkpoint's names
     (`vllm_sync`), the encoder cache cleared after each weight sync, and in colocate mode one warning line when vLLM
     samples in another dtype than the policy computes in."""
-    from .vllm_sync import sync_under_checkpoint_names
-
     args = trainer.args
     if not args.use_vllm:
         return

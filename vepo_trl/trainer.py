@@ -1,18 +1,16 @@
 """`VEPOTrainer`: GRPO whose policy gradient trains only on each response's visual forking tokens.
 
-The trainer is the wiring between TRL's `GRPOTrainer` hooks and VEPO's selection (`selection_pipeline`): each override
-below hands over in a few lines.
+The wiring between TRL's `GRPOTrainer` hooks and VEPO's selection (`selection_pipeline`), a few lines an override.
 
 - `_generate_and_score_completions`: arms the rollout-time scoring, and once TRL has the advantages stores the batch's
   mask (made with the weights that sampled it) before TRL shuffles and splits the batch.
 - `_get_per_token_logps_and_entropies`: TRL's rollout-time policy forward is scored as it runs; in the loss, the
   forward `compute_loss` already ran is handed to GRPO instead of running it twice.
 - `compute_loss`: a slice whose mask was not made at rollout gets it at first use (still the rollout policy), then
-  GRPO's loss runs with the mask turned into weights on the policy-gradient term only (L_VEPO for every `loss_type`),
-  through `get_high_entropy_mask`, the hook TRL gives token selection.
+  GRPO's loss runs with the mask as weights on the policy-gradient term only (L_VEPO for every `loss_type`), through
+  `get_high_entropy_mask`, the hook TRL gives token selection.
 
-Every process enters every collective whatever its batch holds (see `perturbed_pass`). See docs/ARCHITECTURE.md.
-"""
+Every process enters every collective whatever its batch holds (`perturbed_pass`). See docs/ARCHITECTURE.md."""
 
 from __future__ import annotations
 
@@ -43,6 +41,7 @@ from .trainer_inputs import check_text_only, checked_model, named_rewards_resolv
 # TRL's contract in one place: every patch of TRL 1.16 behaviour the trainer uses (`trl_compat.PATCHES` says what
 # each answers and when it goes); the methods below are VEPO's own hooks
 from .trl_compat import (
+    NoMediaTokensSampled,
     RestoresCheckpointWeights,
     SavesWholeCheckpoints,
     TextRowsTakeEmptyImages,
@@ -62,6 +61,7 @@ _PROCESSOR_ONLY_KEYS = ("batch_num_images", "labels")
 
 
 class VEPOTrainer(
+    NoMediaTokensSampled,
     SavesWholeCheckpoints,
     RestoresCheckpointWeights,
     UnexpandedVLLMPrompts,
@@ -123,12 +123,12 @@ class VEPOTrainer(
             use_vllm=args.use_vllm,
         )
         family = family_of(getattr(self.model, "config", None))
-        self._prefix_lm = family is not None and family.prefix_lm
-        self._pending_forward = None
+        self._prefix_lm, self._pending_forward = family is not None and family.prefix_lm, None
         layout = None
         if self.selection.needs_perturbed_pass:
             layout = check_vision_support(self.processing_class, args.selection_strategy, self.model)
         self.perturbed_pass = PerturbedPass(self, layout)
+        self.ban_media_tokens(self.perturbed_pass.base_model)  # on every generation path (trl_compat.media_tokens)
         check_lm_head(self.model, self.perturbed_pass.lm_head(self.model))
         self.selection_pipeline = SelectionPipeline(
             self,

@@ -120,8 +120,8 @@ LANE = 8.0
 
 
 def never_sampling_image_tokens(model, tokens: list[int], lane: int = 0, margin: float = 100.0):
-    """Set the tiny model's weights so that it never samples one of `tokens` (the family's image placeholders: its
-    tiny recipe's `suppress`). vLLM ignores the generation config's `suppress_tokens` (which keeps the tiny model's
+    """Set the tiny model's weights so that it never samples one of `tokens` (the family's media tokens,
+    `banned_token_ids`). vLLM ignores the generation config's `suppress_tokens` (which keeps the tiny model's
     `generate` off them), and a sampled image token in a completion makes the trainer's forward fail (more image
     tokens than image features). One residual lane is kept positive at every text position (its embedding column
     positive, no layer writes to it) and the image tokens' output rows read it with a large negative weight, so their
@@ -148,10 +148,11 @@ def never_sampling_image_tokens(model, tokens: list[int], lane: int = 0, margin:
 
 
 def save_vllm_tiny(family: str, path) -> str:
-    from vepo_trl.builtin.tiny_models import build_tiny, tiny_recipe
+    from vepo_trl.builtin.tiny_models import build_tiny
+    from vepo_trl.families import banned_token_ids
 
     model, processor = build_tiny(family, **VLLM_SIZES)
-    never_sampling_image_tokens(model, processor.tokenizer.convert_tokens_to_ids(list(tiny_recipe(family).suppress)))
+    never_sampling_image_tokens(model, banned_token_ids(model.config, processor))
     model.save_pretrained(path)
     processor.save_pretrained(path)
     return str(path)
@@ -354,9 +355,21 @@ def test_a_float32_model_sampled_in_bf16_is_named(cpu_linear_reads_weights, qwen
     assert 1e-4 < max(gaps) < 1.0
 
 
-def test_eval_vllm_backend_answers_as_transformers(cpu_linear_reads_weights, qwen_dir, tmp_path, capsys):
-    """`vepo-trl eval --backend vllm` on the real engine: the greedy answers equal the transformers backend's."""
+@pytest.fixture(scope="module")
+def drifted_qwen_dir(tmp_path_factory):
+    return save_vllm_tiny_favouring_media("qwen2.5-vl", tmp_path_factory.mktemp("real-vllm") / "drifted")
+
+
+@pytest.mark.parametrize("drifted", [False, True], ids=["tiny", "favouring_media_tokens"])
+def test_eval_vllm_backend_answers_as_transformers(
+    cpu_linear_reads_weights, qwen_dir, drifted_qwen_dir, tmp_path, capsys, drifted
+):
+    """`vepo-trl eval --backend vllm` on the real engine: the greedy answers equal the transformers backend's; on a
+    model whose likeliest tokens are its media tokens too (both back ends ban them: vLLM ignores the checkpoint's
+    `suppress_tokens`, so without its `logit_bias` its greedy answers were the media tokens)."""
     import json
+
+    model_dir = drifted_qwen_dir if drifted else qwen_dir
 
     from vepo_trl.cli import main as cli_main
     from vepo_trl.eval.standins import write_standins
@@ -365,7 +378,7 @@ def test_eval_vllm_backend_answers_as_transformers(cpu_linear_reads_weights, qwe
     answers = {}
     for backend in ("transformers", "vllm"):
         out = tmp_path / f"eval-{backend}"
-        cli_main(["eval", "--model", qwen_dir, "--data_dir", data, "--output_dir", str(out), "--protocol", "rule",
+        cli_main(["eval", "--model", model_dir, "--data_dir", data, "--output_dir", str(out), "--protocol", "rule",
                   "--benchmarks", "geometry3k,hallusionbench", "--backend", backend, "--dtype", "float32",
                   "--max_new_tokens", "8", "--min_pixels", "3136", "--max_pixels", "50176"])  # fmt: skip
         records = sorted(out.glob("**/*.jsonl"))
@@ -577,3 +590,59 @@ def test_vepo_trains_one_step_against_trl_vllm_serve(vllm_serve, qwen_dir, tmp_p
     print("trl vllm-serve gaps", [f"{g:.1e}" for g in gaps])
     assert max(gaps) < 1e-4
     assert ("reset_encoder_cache", 200) in posted  # the server's dev route answered our reset
+
+
+def save_vllm_tiny_favouring_media(family: str, path, margin: float = 4.0) -> str:
+    """The tiny model made to favour its media tokens (as a drifting policy can): `never_sampling_image_tokens`'s
+    lane read with the opposite sign, so their logits sit about `margin` above the rest (a bias on the LM head would
+    not survive the checkpoint: the class has none)."""
+    from vepo_trl.builtin.tiny_models import build_tiny
+    from vepo_trl.families import banned_token_ids
+
+    model, processor = build_tiny(family, **VLLM_SIZES)
+    never_sampling_image_tokens(model, banned_token_ids(model.config, processor), margin=-margin)
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("family", ["qwen2.5-vl", *ENGINE_FAMILIES])
+def test_a_policy_favouring_media_tokens_trains_on_the_real_engine(cpu_linear_reads_weights, family, tmp_path):
+    """The paper's set-up (colocate, importance-sampling correction) with a policy drifted toward its media tokens:
+    the engine samples none (`logit_bias` through TRL's generation_kwargs), and the trainer's log-probs of what it
+    sampled are the engine's (both of the distribution without them: to 1e-4 in fp32, so the importance-sampling ratio
+    is 1 to 1e-4); no row needed masking."""
+    from vepo_trl.trl_compat.media_tokens import MEDIA_ROWS_METRIC
+
+    model_dir = save_vllm_tiny_favouring_media(family, tmp_path / family)
+    settings = dict(FAMILY_SETTINGS.get(family, {}))
+    if family in BF16_ONLY:
+        settings.update(dtype="bfloat16", model_init_kwargs={"dtype": "bfloat16"})
+    trainer, calls, rollouts = train_on_vllm(model_dir, tmp_path / "run", **settings)
+    images_per_row = per_row(IMAGES_PER_PROMPT, settings.get("rows", ALL_ROWS))
+    assert trainer.state.global_step == 2
+    banned = set(trainer._media_ids)
+    limit = BF16_GAP if family in BF16_ONLY else 1e-4
+    for rollout in rollouts:
+        completions = rollout["completion_ids"][rollout["completion_mask"].bool()].tolist()
+        assert completions and not banned & set(completions)
+        gaps = logprob_gaps(rollout)
+        print(f"{family} favouring its media tokens: max gap {max(gaps):.1e}")
+        for gap, images in zip(gaps, images_per_row):
+            assert gap < (IMAGE_ROW_GAP.get(family, limit) if images else limit)
+        if family not in BF16_ONLY and family not in IMAGE_ROW_GAP:
+            ratio = rollout["importance_sampling_ratio"]
+            torch.testing.assert_close(ratio, torch.ones_like(ratio), rtol=0, atol=1e-4)
+    assert all(entry.get(MEDIA_ROWS_METRIC, 0) == 0 for entry in trainer.state.log_history)
+
+
+def test_trls_own_trainer_dies_on_a_sampled_image_pad(cpu_linear_reads_weights, drifted_qwen_dir, tmp_path):
+    """The upstream failure users report (huggingface/trl#3847, hiyouga/EasyR1#110): TRL 1.16's GRPOTrainer, colocate,
+    on the same drifted policy, samples image pads and dies at the first log-prob forward, before any step. When TRL
+    bans media tokens on its vLLM path, this fails: `trl_compat.media_tokens` then only repeats TRL's ban."""
+    from trl import GRPOTrainer
+
+    with pytest.raises(ValueError, match="Image features and image tokens do not match"):
+        train_on_vllm(
+            drifted_qwen_dir, tmp_path, trainer_cls=GRPOTrainer, rows=(0, 1, 3), per_device_train_batch_size=6
+        )

@@ -25,7 +25,7 @@ import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GenerationConfig, PreTrainedTokenizerFast
 
-from ..families import FAMILIES, get_family
+from ..families import FAMILIES, banned_token_ids, get_family
 from ..utils import cache_root
 from .tiny_recipes import TINY_RECIPES
 from .tiny_recipes._qwen import QWEN2_5_VL_CHAT_TEMPLATE, QWEN_SPECIAL_TOKENS
@@ -252,8 +252,9 @@ def build_tiny_model(family: str, processor, config: TinyModelConfig | None = No
         pad_token_id=ids(recipe.pad),
         do_sample=True,
         temperature=1.0,
-        # A random model samples any token; a sampled image token would not match the image features
-        suppress_tokens=[ids(token) for token in recipe.suppress],
+        # A random model samples any token: never its family's media tokens (a sampled image placeholder would not
+        # match the image features)
+        suppress_tokens=banned_token_ids(model_config, processor),
     )
     return model
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
 
+from ..families import banned_token_ids
 from ..utils import cache_root, count
 from .lab_tasks import DEFAULT_TASK, get_task, lab_corpus, make_rl_dataset, make_sft_dataset
 from .tiny_models import QWEN2_5_VL_CHAT_TEMPLATE, TinyModelConfig, build_model, build_tokenizer
@@ -114,7 +115,7 @@ def evaluate_accuracy(model, processor, dataset, *, batch_size: int = 40, max_ne
             temperature=None,
             top_p=None,
             top_k=None,
-            suppress_tokens=[model.config.image_token_id, model.config.video_token_id],
+            suppress_tokens=banned_token_ids(model.config, processor),
         )
         decoded = tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
         for text, answer, kind in zip(decoded, rows["answer"], rows["kind"]):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from ..utils import media_token_ids
+from ..families import banned_token_ids
 
 
 logger = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class TransformersGenerator:
                 temperature=None,
                 top_p=None,
                 top_k=None,
-                suppress_tokens=media_token_ids(self.model.config) or None,
+                suppress_tokens=banned_token_ids(self.model.config, self.processor) or None,
             )
             completions += self.processor.batch_decode(
                 output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True
@@ -106,8 +106,10 @@ class VLLMGenerator:
     def __init__(self, model_id: str, adapter: str | None, *, max_new_tokens: int = 2048, max_images: int = 4,
                  dtype: str = "auto", max_model_len: int | None = None,
                  tensor_parallel_size: int = 1, gpu_memory_utilization: float | None = None):  # fmt: skip
-        from transformers import AutoProcessor
+        from transformers import AutoConfig, AutoProcessor
         from vllm import LLM, SamplingParams
+
+        from ..trl_compat.media_tokens import merge_generation_kwargs
 
         kwargs = {"max_model_len": max_model_len} if max_model_len else {}
         if gpu_memory_utilization is not None:
@@ -138,13 +140,18 @@ class VLLMGenerator:
                 f"vLLM could not start: {one_line(str(error))[:300]} (--gpu_memory_utilization is {share}: give a "
                 "lower share, or free the memory other processes hold)"
             ) from None
-        self.params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
         self.lora = None
         if adapter is not None:
             from vllm.lora.request import LoRARequest
 
             self.lora = LoRARequest("adapter", 1, adapter)
         self.processor = AutoProcessor.from_pretrained(adapter if adapter and _has_processor(adapter) else model_id)
+        # The model's media tokens banned, as the transformers backend suppresses them (vLLM ignores the
+        # checkpoint's suppress_tokens): a sampled placeholder would otherwise end a greedy answer in garbage
+        banned = banned_token_ids(AutoConfig.from_pretrained(model_id), self.processor)
+        self.params = SamplingParams(
+            temperature=0.0, max_tokens=max_new_tokens, **merge_generation_kwargs(None, banned, "vllm")
+        )
 
     def generate(self, texts: list[str], images: list[list]) -> list[str]:
         inputs = [

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 from trl.data_utils import prepare_multimodal_messages
 
+from ..families import banned_token_ids
 from ..rewards import get_reward_funcs
-from ..utils import media_token_ids
 
 
 @dataclass
@@ -65,7 +65,7 @@ def generate_completions(
             **inputs,
             max_new_tokens=max_new_tokens,
             do_sample=False,
-            suppress_tokens=media_token_ids(model.config) or None,
+            suppress_tokens=banned_token_ids(model.config, processor) or None,
         )
         completions += processor.batch_decode(output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
     return completions

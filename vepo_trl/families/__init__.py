@@ -26,6 +26,7 @@ __all__ = [
     "FAMILIES",
     "NOT_YET",
     "Refused",
+    "banned_token_ids",
     "blocker",
     "check_family_inputs",
     "family_of",
@@ -76,6 +77,46 @@ def family_of(config) -> Family | None:
     """The family of a model config (or a model: its `.config`), `None` when VEPO has no adapter for it."""
     config = getattr(config, "config", config)
     return _BY_MODEL_TYPE.get(getattr(config, "model_type", None))
+
+
+# Config attributes that name a media placeholder or a vision special token (transformers' names across families)
+CONFIG_MEDIA_ATTRIBUTES = (
+    "image_token_id",
+    "image_token_index",
+    "video_token_id",
+    "video_token_index",
+    "audio_token_id",
+    "vision_start_token_id",
+    "vision_end_token_id",
+    "boi_token_id",
+    "boi_token_index",
+    "eoi_token_id",
+    "eoi_token_index",
+    "image_start_token_id",
+    "image_end_token_id",
+    "video_start_token_id",
+    "video_end_token_id",
+)
+
+
+def banned_token_ids(config, processing_class=None) -> list[int]:
+    """The ids no completion may hold: the media ids `config` (or its text config) names, and the family's declared
+    `media_tokens` (`families.base.Family`) that the tokenizer holds. Sorted, each once."""
+    ids: set[int] = set()
+    configs = [config]
+    if config is not None and hasattr(config, "get_text_config"):
+        configs.append(config.get_text_config())
+    for source in configs:
+        for name in CONFIG_MEDIA_ATTRIBUTES:
+            value = getattr(source, name, None)
+            if isinstance(value, int) and value >= 0:
+                ids.add(value)
+    family = family_of(config)
+    tokenizer = getattr(processing_class, "tokenizer", processing_class)
+    if family is not None and tokenizer is not None and hasattr(tokenizer, "get_vocab"):
+        vocab = tokenizer.get_vocab()
+        ids.update(vocab[token] for token in family.media_tokens if token in vocab)
+    return sorted(ids)
 
 
 def get_family(name: str) -> Family:

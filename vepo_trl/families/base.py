@@ -23,6 +23,7 @@ __all__ = [
     "HALF_STD",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
+    "QWEN_MEDIA_TOKENS",
     "Family",
     "Refused",
     "image_count_row",
@@ -35,6 +36,8 @@ CLIP_MEAN = list(_CLIP_MEAN)  # OpenAI CLIP's (transformers' constants), as the 
 HALF_STD = (0.5, 0.5, 0.5)  # SigLIP's and Qwen3-VL's, transformers' IMAGENET_STANDARD_MEAN / _STD
 IMAGENET_MEAN = [0.485, 0.456, 0.406]  # transformers' IMAGENET_DEFAULT_MEAN / _STD
 IMAGENET_STD = (0.229, 0.224, 0.225)
+# The Qwen tokenizer's media placeholders and vision special tokens (Qwen2-VL .. Qwen3.5, and the families on it)
+QWEN_MEDIA_TOKENS = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -102,6 +105,9 @@ class Family:
     # Why the installed vLLM cannot start an engine for a model of this config, or None: read before the model loads
     # (`vllm_prompts.vllm_blocker`), checking the engine's own failure so that it lifts once that is fixed
     vllm_blocker: Callable[[Any], str | None] | None = None
+    # The media placeholders and vision special tokens of its tokenizer: no generation samples one, a completion
+    # holding one is kept out of the loss (`trl_compat.media_tokens`); those the tokenizer lacks are skipped
+    media_tokens: tuple[str, ...] = ()
 
     @property
     def tiny_model(self) -> str:

@@ -28,5 +28,6 @@ FAMILY = Family(
     reference=("google/gemma-3-4b-it", HALF_STD),
     recipes=("gemma-3-4b-it/",),
     check_inputs=check_inputs,
+    media_tokens=("<image_soft_token>", "<start_of_image>", "<end_of_image>"),
     # A 56x56 image, 14x14 patches (4x4), average-pooled to 2x2 = 4 soft tokens per image (the real: 896, 64x64, 256)
 )

@@ -32,6 +32,7 @@ FAMILY = Family(
     vllm_blocker=vllm_blocker,
     # Gemma4ImageProcessor does not normalise: the pixels in [0, 1] reach the model as they are
     reference=("google/gemma-4-e2b-it", (1.0, 1.0, 1.0)),
+    media_tokens=("<|image|>", "<|image>", "<image|>", "<|video|>", "<|audio|>", "<|audio>", "<audio|>"),
     # 4-px patches pooled 3 x 3, at most 70 soft tokens (the smallest budget it takes): an image is resized to about
     # 100 px and padded to 630 patch rows (the real: 16-px patches, 280 soft tokens, 2,520 rows)
 )

@@ -13,6 +13,7 @@ FAMILY = Family(
     pixel_values="images `(n_images, C, H, W)`; Pixtral-in-LLaVA checkpoints zero-padded + `image_sizes`",
     make_layout=tiles_layout(crop_to_image_sizes=True),
     reference=("llava-hf/llava-1.5-7b-hf", CLIP_STD),
+    media_tokens=("<image>",),
     # CLIP at 56 px: resize the shortest edge, centre crop, 4x4 patches of 14 + CLS (dropped by the "default" feature
     # strategy): 16 tokens per image (the real LLaVA-1.5: 336 px, 24x24 patches, 576 tokens)
 )

@@ -12,4 +12,5 @@ FAMILY = Family(
     pixel_values="crops `(n_images, n_crops, C, H, W)` + `image_sizes`, zero crops and each crop's letterbox are padding",
     make_layout=tiles_layout(),
     reference=("llava-hf/llava-v1.6-mistral-7b-hf", CLIP_STD),
+    media_tokens=("<image>",),
 )

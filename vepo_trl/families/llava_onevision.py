@@ -1,7 +1,7 @@
 """LLaVA-OneVision: any-resolution crops `(n_images, n_crops, C, H, W)` + `image_sizes`; zero crops and each crop's
 letterbox are padding."""
 
-from .base import HALF_STD, Family, image_count_row, tiles_layout
+from .base import HALF_STD, QWEN_MEDIA_TOKENS, Family, image_count_row, tiles_layout
 
 
 def check_inputs(processor, datasets, *, chat_template=None, use_vllm=False) -> None:
@@ -31,4 +31,5 @@ FAMILY = Family(
         "at start-up"
     ),
     check_inputs=check_inputs,
+    media_tokens=("<image>", "<video>", *QWEN_MEDIA_TOKENS),
 )

@@ -17,5 +17,6 @@ FAMILY = Family(
         "tensors by default, so TRL's unpadded prompt tokenisation raises 'Unable to create tensor'. VEPOTrainer "
         "tokenises such prompts padded and drops the padding (`prompt_padding`), as TRL does for transformers 5.3"
     ),
+    media_tokens=("[IMG]", "[IMG_BREAK]", "[IMG_END]"),
     # Images at their own aspect ratio up to 64 px, 8x8 patches merged 2x2 (the real: 1540 px, 14 px patches)
 )

@@ -46,5 +46,6 @@ FAMILY = Family(
         "template (its checkpoints ship none: set one), vLLM (its prompt and prefix there are unverified)"
     ),
     check_inputs=check_inputs,
+    media_tokens=("<image>",),
     # SigLIP at 56 px, 4x4 patches of 14 = 16 image tokens (the real PaliGemma: 224 px, 256 tokens), mean = std = 0.5
 )

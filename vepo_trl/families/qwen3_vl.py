@@ -1,6 +1,6 @@
 """Qwen3-VL: patch rows `(sum t*h*w, 3*2*16*16)` + `image_grid_thw`, mean = std = 0.5."""
 
-from .base import HALF_STD, Family, patch_rows_layout
+from .base import HALF_STD, QWEN_MEDIA_TOKENS, Family, patch_rows_layout
 
 
 FAMILY = Family(
@@ -12,4 +12,5 @@ FAMILY = Family(
     make_layout=patch_rows_layout,
     reference=("Qwen/Qwen3-VL-8B-Instruct", HALF_STD),
     recipes=("Qwen3-VL-4B-Instruct/", "Qwen3-VL-8B-Instruct/"),
+    media_tokens=QWEN_MEDIA_TOKENS,
 )

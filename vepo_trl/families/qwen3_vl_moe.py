@@ -1,6 +1,6 @@
 """Qwen3-VL-MoE: Qwen3-VL's images and vision tower, sparse experts in the language model."""
 
-from .base import HALF_STD, Family, patch_rows_layout
+from .base import HALF_STD, QWEN_MEDIA_TOKENS, Family, patch_rows_layout
 
 
 FAMILY = Family(
@@ -11,4 +11,5 @@ FAMILY = Family(
     pixel_values="patch rows `(sum t*h*w, 3*2*16*16)` + `image_grid_thw`",
     make_layout=patch_rows_layout,
     reference=("Qwen/Qwen3-VL-30B-A3B-Instruct", HALF_STD),
+    media_tokens=QWEN_MEDIA_TOKENS,
 )

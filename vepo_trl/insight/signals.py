@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..families import family_of, pixel_layout
+from ..families import banned_token_ids, family_of, pixel_layout
 from ..perturb import PERTURBATIONS, perturb_pixel_values
 from ..scoring import (
     SELECTION_STRATEGIES,
@@ -28,7 +28,6 @@ from ..scoring import (
     token_signals,
 )
 from ..trl_compat.forward import causal_completion
-from ..utils import media_token_ids
 
 
 __all__ = [
@@ -226,7 +225,7 @@ def sample_completions(
             top_p=1.0,
             top_k=0,
             num_return_sequences=num,
-            suppress_tokens=media_token_ids(model.config) or None,
+            suppress_tokens=banned_token_ids(model.config, processor) or None,
         )
     tokenizer = getattr(processor, "tokenizer", processor)
     eos = _eos_ids(model, processor)

@@ -91,6 +91,19 @@ PATCHES: tuple[Patch, ...] = (
         "tests/test_families.py::test_families_trls_own_trainer_trains_on_a_padding_processors_padding",
     ),
     Patch(
+        "no media token sampled",
+        "trl_compat.media_tokens:NoMediaTokensSampled",
+        "GRPOTrainer._generate",
+        "TRL bans config.image_token_id on its transformers path only and nothing on vLLM's: a sampled image "
+        "placeholder ends the run at the first log-prob forward (image tokens and features do not match), a sampled "
+        "vision special token is trained on as text",
+        "trl/trainer/grpo_trainer.py `__init__` (suppress_tokens=[config.image_token_id], transformers path only); "
+        "huggingface/trl#3847",
+        "when TRL bans every media token on both paths: the ban is then merged into its own, and the row scrub finds "
+        "nothing to mask",
+        "tests/test_trl_compat_media_tokens.py::test_trls_own_trainer_samples_media_tokens_and_ours_never_trains_on_one",
+    ),
+    Patch(
         "text-only rows of a mixed batch",
         "trl_compat.mixed_batches:TextRowsTakeEmptyImages",
         "GRPOTrainer._generate",
@@ -155,5 +168,6 @@ __getattr__ = lazy_exports(
         "UnexpandedVLLMPrompts": "vllm_prompts",
         "UnpaddedPromptIds": "prompt_padding",
         "TextRowsTakeEmptyImages": "mixed_batches",
+        "NoMediaTokensSampled": "media_tokens",
     },
 )

@@ -53,9 +53,9 @@ QWEN2_5_VL_CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
-# The tokenizer's named tokens and what a completion stops at / must not sample
+# The tokenizer's named tokens and what a completion stops at
 TOKENS = {"tokens": QWEN_SPECIAL_TOKENS, "eos": "<|im_end|>", "pad": "<|endoftext|>"}
-GENERATION = {"stop": ("<|im_end|>", "<|endoftext|>"), "suppress": ("<|image_pad|>", "<|video_pad|>")}
+GENERATION = {"stop": ("<|im_end|>", "<|endoftext|>")}
 IMAGE_TOKENS = {
     "image_token_id": Tok("<|image_pad|>"),
     "video_token_id": Tok("<|video_pad|>"),

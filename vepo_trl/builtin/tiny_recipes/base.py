@@ -59,7 +59,6 @@ class TinyRecipe:
     shared_vision: bool = True
     top: dict = field(default_factory=dict)  # the model config's other arguments
     stop: tuple[str, ...] = ()  # generation: the tokens that end a completion (eos first)
-    suppress: tuple[str, ...] = ()  # generation: tokens a random model must not sample (image placeholders)
     generation_bos: str | None = None
     # Checks on the widths before anything is built (raise ValueError), and changes after the model is made
     check: Callable[[Any], None] | None = None

@@ -64,6 +64,5 @@ RECIPE = TinyRecipe(
         "image_token_index": Tok("<image_soft_token>"),
     },
     stop=("<end_of_turn>", "<eos>"),
-    suppress=("<image_soft_token>", "<start_of_image>"),
     finish=_random_projection,
 )

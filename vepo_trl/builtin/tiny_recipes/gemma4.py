@@ -82,5 +82,4 @@ RECIPE = TinyRecipe(
         "audio_token_id": Tok("<|audio|>"),
     },
     stop=("<turn|>", "<eos>"),
-    suppress=("<|image|>", "<|image>", "<image|>", "<|video|>", "<|audio|>"),
 )

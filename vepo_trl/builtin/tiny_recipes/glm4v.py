@@ -76,5 +76,4 @@ RECIPE = TinyRecipe(
         "video_end_token_id": Tok("<|end_of_video|>"),
     },
     stop=("<|user|>", "<|endoftext|>"),
-    suppress=("<|image|>", "<|video|>"),
 )

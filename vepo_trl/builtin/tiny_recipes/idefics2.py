@@ -54,5 +54,4 @@ RECIPE = TinyRecipe(
         "tie_word_embeddings": False,
     },
     stop=("<end_of_utterance>",),
-    suppress=("<image>", "<fake_token_around_image>"),
 )

@@ -45,5 +45,4 @@ RECIPE = TinyRecipe(
         "tie_word_embeddings": False,
     },
     stop=("<|im_end|>", "<|endoftext|>"),
-    suppress=("<IMG_CONTEXT>", "<img>", "</img>"),
 )

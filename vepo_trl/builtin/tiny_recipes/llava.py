@@ -55,6 +55,5 @@ RECIPE = TinyRecipe(
         "image_seq_length": 16,
     },
     stop=("</s>",),
-    suppress=("<image>",),
     finish=hub_key_names,
 )

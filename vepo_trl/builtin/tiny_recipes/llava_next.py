@@ -51,6 +51,5 @@ RECIPE = TinyRecipe(
         "image_seq_length": 4,
     },
     stop=("</s>",),
-    suppress=("<image>",),
     finish=hub_key_names,
 )

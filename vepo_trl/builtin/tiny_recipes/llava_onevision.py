@@ -55,6 +55,5 @@ RECIPE = TinyRecipe(
         "vision_feature_layer": -1,
     },
     stop=("<|im_end|>", "<|endoftext|>"),
-    suppress=("<image>", "<video>"),
     finish=hub_key_names,
 )

@@ -43,5 +43,4 @@ RECIPE = TinyRecipe(
     vision={"model_type": "pixtral", "hidden_act": "silu", "head_dim": 16, "image_size": 64, "patch_size": 8},
     top={"image_token_index": Tok("[IMG]"), "spatial_merge_size": 2, "tie_word_embeddings": False},
     stop=("</s>",),
-    suppress=("[IMG]", "[IMG_BREAK]", "[IMG_END]"),
 )

@@ -52,5 +52,4 @@ RECIPE = TinyRecipe(
         "tie_word_embeddings": False,
     },
     stop=("<eos>",),
-    suppress=("<image>",),
 )

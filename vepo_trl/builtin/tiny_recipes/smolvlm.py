@@ -39,5 +39,4 @@ RECIPE = TinyRecipe(
     vision={"image_size": 32, "patch_size": 8},
     top={"scale_factor": 2, "image_token_id": Tok("<image>"), "pad_token_id": Tok("<|endoftext|>")},
     stop=("<end_of_utterance>",),
-    suppress=("<image>", "<fake_token_around_image>", "<global-img>"),
 )

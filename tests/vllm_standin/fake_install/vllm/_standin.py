@@ -163,12 +163,16 @@ class Engine:
                 pad_token_id=pad,
                 output_logits=True,
                 return_dict_in_generate=True,
+                # vLLM adds `logit_bias` to the logits before temperature, in the draw and the processed log-probs
+                **({"sequence_bias": {(k,): v for k, v in params.logit_bias.items()}} if params.logit_bias else {}),
             )
-        # vLLM's processed log-probs at temperature t: log_softmax(logits / t). The checkpoint's `suppress_tokens` (the
-        # image / video placeholders, which a random tiny model would otherwise sample and so break the image-token
-        # count) still apply to the draw; their probability (about 5e-3 per token here) stays in the reported
-        # log-probs, which thus remain the policy's own.
+        # vLLM's processed log-probs at temperature t: log_softmax((logits + logit_bias) / t). The checkpoint's
+        # `suppress_tokens` (which vLLM ignores) still apply to the draw; a request's `logit_bias` (the trainer's ban
+        # on media tokens) is in both the draw and the reported log-probs, as in vLLM.
         logits = torch.stack(out.logits, dim=1).float()  # (rows, steps, vocab)
+        if params.logit_bias:
+            ids = torch.tensor(list(params.logit_bias))
+            logits[..., ids] += torch.tensor(list(params.logit_bias.values()))
         logprobs = (logits / params.temperature).log_softmax(-1)
         generated = out.sequences[:, width:]
         samples = []

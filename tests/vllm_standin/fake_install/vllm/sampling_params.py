@@ -25,6 +25,12 @@ class SamplingParams:
     logprobs: int | None = None
     seed: int | None = None
     structured_outputs: StructuredOutputsParams | None = None
+    logit_bias: dict[int, float] | None = None
+
+    def __post_init__(self):
+        # vLLM's own conversion: keys to ints (JSON gives strings), biases clamped to [-100, 100]
+        if self.logit_bias is not None:
+            self.logit_bias = {int(k): min(100.0, max(-100.0, float(v))) for k, v in self.logit_bias.items()}
 
     @classmethod
     def from_request(cls, body: dict) -> SamplingParams:

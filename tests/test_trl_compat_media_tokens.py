@@ -1,0 +1,190 @@
+"""No media token is ever sampled (`trl_compat.media_tokens`): a tiny model made to favour its media tokens (a large
+bias on their LM-head rows, as a drifting policy can) trains with none in any completion, on every family; TRL's own
+trainer samples the ones it does not ban; the trainer's log-probs of the distribution vLLM samples equal a plain
+masked softmax; a completion that holds one anyway is kept out of the loss and counted."""
+
+import pytest
+import torch
+from transformers import AutoModelForImageTextToText, AutoProcessor
+from trl import GRPOTrainer
+from trl.trainer.utils import add_fused_lm_head
+
+from vepo_trl.data import synthetic_training_dataset
+from vepo_trl.families import banned_token_ids, get_family, trainable_families
+from vepo_trl.trl_compat.media_tokens import (
+    MEDIA_BIAS,
+    MEDIA_ROWS_METRIC,
+    merge_generation_kwargs,
+    renormalised_without_media,
+    scrub_media_rows,
+)
+
+from .support import VEPOTrainer, alternating_reward, make_config, record_rollouts
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return synthetic_training_dataset(4, seed=0)
+
+
+def favouring(model_dir, tokens: list[int], bias: float = 12.0):
+    """The tiny model with its LM head given a bias of `bias` on `tokens` (likelier than all the rest together)."""
+    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32)
+    head = model.get_output_embeddings()
+    biased = torch.nn.Linear(head.in_features, head.out_features, bias=True)
+    with torch.no_grad():
+        biased.weight.copy_(head.weight)
+        biased.bias.zero_()
+        biased.bias[tokens] = bias
+    model.config.tie_word_embeddings = False
+    model.config.get_text_config().tie_word_embeddings = False
+    model.set_output_embeddings(biased)
+    return model
+
+
+def run(trainer_cls, model, processor, dataset, tmp_path, **overrides):
+    settings = {"max_completion_length": 8, "max_steps": 1, "per_device_train_batch_size": 4, "num_generations": 2}
+    args = make_config(tmp_path, **{**settings, **overrides}) if trainer_cls is VEPOTrainer else None
+    if args is None:
+        from trl import GRPOConfig
+
+        args = make_config(tmp_path, GRPOConfig, **{**settings, **overrides})
+    trainer = trainer_cls(
+        model=model, reward_funcs=alternating_reward, args=args, train_dataset=dataset, processing_class=processor
+    )
+    rollouts = record_rollouts(trainer, clone=True)
+    trainer.train()
+    return trainer, rollouts
+
+
+def sampled(rollouts) -> set[int]:
+    return {int(t) for out in rollouts for t in out["completion_ids"][out["completion_mask"].bool()]}
+
+
+def test_merge_keeps_the_users_own_kwargs():
+    assert merge_generation_kwargs({"suppress_tokens": [5], "top_k": 3}, [7, 5], "transformers") == {
+        "suppress_tokens": [5, 7],
+        "top_k": 3,
+    }
+    merged = merge_generation_kwargs({"logit_bias": {"9": 2.0, "7": 50.0}, "seed": 1}, [7], "vllm")
+    assert merged == {"logit_bias": {9: 2.0, 7: MEDIA_BIAS}, "seed": 1}  # ours wins on a media id
+    assert merge_generation_kwargs(None, [], "vllm") == {}
+
+
+def test_scrub_replaces_and_reports_rows():
+    scrubbed, held = scrub_media_rows([[1, 2, 3], [4, 9, 9, 5], []], [9], pad=0)
+    assert scrubbed == [[1, 2, 3], [4, 0, 0, 5], []] and held == [False, True, False]
+
+
+def test_each_family_declares_media_tokens_its_tokenizer_holds(tiny_dirs):
+    """Every declared token is one of the family's tokenizer (its tiny one mirrors the checkpoint's), and the config's
+    own placeholder ids are among the banned ones."""
+    for name in trainable_families():
+        family = get_family(name)
+        processor = AutoProcessor.from_pretrained(tiny_dirs[name])
+        vocab = processor.tokenizer.get_vocab()
+        missing = [token for token in family.media_tokens if token not in vocab]
+        assert family.media_tokens and not missing, (name, missing)
+        model = AutoModelForImageTextToText.from_pretrained(tiny_dirs[name])
+        ids = banned_token_ids(model.config, processor)
+        assert {vocab[t] for t in family.media_tokens} <= set(ids)
+        image_id = getattr(model.config, "image_token_id", getattr(model.config, "image_token_index", None))
+        assert image_id in ids
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_renormalised_log_probs_and_entropies_are_the_masked_softmax(tiny_model_dir, temperature):
+    """The fused head's log-probs and entropies, renormalised without the media tokens, equal a plain softmax over the
+    full logits with those columns removed (a model drifted toward them: their mass about half the distribution). From
+    the fp32 log-probs alone, so the error grows as 1e-7 / (1 - P) where the media mass P nears 1."""
+    processor = AutoProcessor.from_pretrained(tiny_model_dir)
+    model = favouring(tiny_model_dir, [])
+    ids = banned_token_ids(model.config, processor)
+    with torch.no_grad():
+        model.get_output_embeddings().bias[ids] = torch.linspace(4.0, 6.0, len(ids))
+    input_ids = torch.randint(0, 200, (2, 12), generator=torch.Generator().manual_seed(0))
+    input_ids[0, 7] = ids[0]  # a label that is itself a media token stays finite
+    attention = torch.ones_like(input_ids)
+    labels = input_ids.clone()
+    labels[:, :4] = -100
+    with torch.no_grad():
+        logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1].float() / temperature
+    keep = torch.ones(logits.size(-1), dtype=torch.bool)
+    keep[ids] = False
+    masked = logits.masked_fill(~keep, float("-inf")).log_softmax(-1)
+    target = labels[:, 1:]
+    valid = (target != -100) & keep[target.clamp(min=0)]
+    expected_logp = masked.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    probs = masked.exp()
+    expected_entropy = -(probs * masked.masked_fill(~keep, 0.0)).sum(-1)
+    full_media = logits.log_softmax(-1)[..., ids].exp().sum(-1)
+    assert full_media.mean() > 0.4  # the drift the correction undoes
+
+    add_fused_lm_head(model, temperature=temperature, outputs=("log_probs", "entropy"))
+    assert renormalised_without_media(model, ids, temperature)
+    assert not renormalised_without_media(model, ids, temperature)  # once
+    with torch.no_grad():
+        out = model(input_ids=input_ids, attention_mask=attention, labels=labels, fused_lm_head=True)
+    torch.testing.assert_close(out.log_probs[valid], expected_logp[valid], atol=1e-5, rtol=1e-5)
+    rows = target != -100
+    # (the kernel's fp32 entropy error is divided by 1 - P, here down to 0.08: 1e-4 relative)
+    torch.testing.assert_close(out.entropy[rows], expected_entropy[rows], atol=0, rtol=1e-4)
+    # Generation (no fused head) is untouched
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=input_ids, attention_mask=attention).logits[:, :-1] / temperature,
+                                   logits)  # fmt: skip
+
+
+def test_trls_own_trainer_samples_media_tokens_and_ours_never_trains_on_one(tiny_model_dir, dataset, tmp_path):
+    """Favouring `<|vision_start|>` (and the other media tokens but the image pad, which TRL 1.16 bans): GRPOTrainer
+    samples them and trains on them as text; VEPOTrainer's completions hold none. When TRL bans them all, the first
+    assertion fails: the merge below then only repeats TRL's own ban."""
+    processor = AutoProcessor.from_pretrained(tiny_model_dir)
+    ids = banned_token_ids(AutoModelForImageTextToText.from_pretrained(tiny_model_dir).config, processor)
+    image_pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    drift = [i for i in ids if i != image_pad]
+    _, theirs = run(GRPOTrainer, favouring(tiny_model_dir, drift), processor, dataset, tmp_path / "grpo")
+    assert sampled(theirs) & set(drift)
+    trainer, ours = run(VEPOTrainer, favouring(tiny_model_dir, ids), processor, dataset, tmp_path / "vepo")
+    assert trainer.state.global_step == 1 and not sampled(ours) & set(ids)
+    assert trainer.state.log_history[0][MEDIA_ROWS_METRIC] == 0
+
+
+@pytest.mark.parametrize("family", trainable_families())
+def test_a_model_favouring_its_media_tokens_trains_without_sampling_one(tiny_dirs, dataset, tmp_path, family):
+    processor = AutoProcessor.from_pretrained(tiny_dirs[family])
+    ids = banned_token_ids(AutoModelForImageTextToText.from_pretrained(tiny_dirs[family]).config, processor)
+    trainer, rollouts = run(VEPOTrainer, favouring(tiny_dirs[family], ids), processor, dataset, tmp_path)
+    assert trainer.state.global_step == 1
+    assert not sampled(rollouts) & set(ids)
+    assert set(ids) <= set(trainer.generation_config.suppress_tokens)
+
+
+def test_a_completion_holding_a_media_token_is_kept_out_of_the_loss(tiny_model_dir, dataset, tmp_path, monkeypatch):
+    """A rollout path that lets one through (here: the first completion of each rollout gets an image pad, as a
+    user's rollout_func could): the step runs (no image-token mismatch), the row's loss mask is zero, counted."""
+    processor = AutoProcessor.from_pretrained(tiny_model_dir)
+    image_pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir)
+    args = make_config(
+        tmp_path, max_completion_length=8, max_steps=1, per_device_train_batch_size=4, num_generations=2
+    )
+    trainer = VEPOTrainer(
+        model=model, reward_funcs=alternating_reward, args=args, train_dataset=dataset, processing_class=processor
+    )
+    single_turn = trainer._generate_single_turn
+
+    def leaking(*a, **k):
+        completion_ids, logprobs = single_turn(*a, **k)
+        completion_ids[0] = [image_pad, image_pad] + list(completion_ids[0])[2:]
+        return completion_ids, logprobs
+
+    monkeypatch.setattr(trainer, "_generate_single_turn", leaking)
+    rollouts = record_rollouts(trainer, clone=True)
+    trainer.train()
+    (output,) = rollouts
+    assert trainer.state.global_step == 1
+    assert trainer.state.log_history[0][MEDIA_ROWS_METRIC] == 1
+    assert image_pad not in output["completion_ids"].tolist()[0]
+    loss_mask = output["completion_mask"] * output["tool_mask"]
+    assert loss_mask[0].sum() == 0 and loss_mask[1:].sum() > 0

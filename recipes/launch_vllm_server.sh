@@ -1,6 +1,11 @@
 #!/bin/bash
-# VEPO on one 8-GPU node with generation on GPUs of its own: `trl vllm-serve` on the last VLLM_GPUS GPUs (server
-# mode), training on the others. Frees the training GPUs of vLLM's memory (colocate mode shares them).
+# VEPO on one 8-GPU node with generation on GPUs of its own: vLLM's server on the last VLLM_GPUS GPUs (server mode),
+# training on the others. Frees the training GPUs of vLLM's memory (colocate mode shares them).
+#
+# The server is the `vllm serve` line TRL 1.16 runs for `trl vllm-serve` (which it deprecates), built by TRL itself
+# (`trl.scripts.vllm_serve.build_command`), in vLLM's dev mode (TRL's weight-transfer and cache routes), bound to
+# 127.0.0.1: its weight routes (/update_weights, /init_weight_transfer_engine, /collective_rpc, /sleep, ...) take no
+# authentication, and the trainer is on this node (docs/scaling.md).
 #
 #   bash recipes/launch_vllm_server.sh Qwen2.5-VL-7B-Instruct vepo/config_paper zero2
 #   VLLM_GPUS=2 DRY_RUN=1 bash recipes/launch_vllm_server.sh ...   # print the commands, run nothing
@@ -10,7 +15,7 @@
 #   VLLM_GPUS=2 -> G = 6: 32 / 128      VLLM_GPUS=4 -> G = 4: 48 / 192      VLLM_GPUS=1 -> G = 7: does not divide
 #
 # The server runs tensor parallel over its VLLM_GPUS GPUs (2 and 4 divide the attention and key-value heads of
-# Qwen2.5-VL-3B and -7B); TRL 1.16's `trl vllm-serve` refuses data parallelism for dense models (vLLM PR #30739).
+# Qwen2.5-VL-3B and -7B); vLLM's server refuses data parallelism for dense models in TRL's set-up (vLLM PR #30739).
 # Training waits up to VLLM_SERVER_TIMEOUT seconds (default 900; TRL's 240 is short for a 7B server's start).
 set -euo pipefail
 
@@ -45,8 +50,17 @@ run() {
     fi
 }
 
-run env CUDA_VISIBLE_DEVICES="$VLLM_DEVICES" trl vllm-serve --model "$SERVED_MODEL" \
-    --tensor_parallel_size "$VLLM_GPUS" --port 8000 &
+# TRL's own `vllm serve` line (NUL-separated words): the flags it imposes follow the installed TRL and vLLM
+mapfile -d '' -t SERVE < <(python -c 'import sys
+from trl.scripts.vllm_serve import ScriptArguments, build_command
+model, host, tp = sys.argv[1:]
+words = build_command(ScriptArguments(model=model, host=host, port=8000, tensor_parallel_size=int(tp)))
+print("\0".join(["vllm", *words[words.index("serve"):]]), end="")' "$SERVED_MODEL" 127.0.0.1 "$VLLM_GPUS")
+if ((${#SERVE[@]} < 3)); then
+    echo "launch_vllm_server.sh: could not build the vllm serve command with TRL (is trl installed?)" >&2
+    exit 2
+fi
+run env CUDA_VISIBLE_DEVICES="$VLLM_DEVICES" VLLM_SERVER_DEV_MODE=1 "${SERVE[@]}" &
 run env CUDA_VISIBLE_DEVICES="$TRAIN_DEVICES" accelerate launch \
     --config_file "recipes/accelerate_configs/$ACCELERATE.yaml" --num_processes "$TRAIN_GPUS" \
     vepo_trl/train.py --config "recipes/$MODEL/$RECIPE.yaml" \

@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -404,6 +405,7 @@ def test_readme_command(command, capsys):
     elif any(token.endswith(("slurm/train.slurm", "launch_vllm_server.sh")) for token in tokens):
         # The launchers, run as DRY_RUN: every accelerate launch they would start is checked like the ones above
         env = dict(os.environ, DRY_RUN="1", SLURM_JOB_NUM_NODES="1")
+        env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])  # the user's python
         while "=" in tokens[0]:  # VAR=value prefixes
             name, _, value = tokens.pop(0).partition("=")
             env[name] = value

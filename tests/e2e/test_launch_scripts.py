@@ -4,6 +4,7 @@ with accelerate's and the training script's own parsers, and keep the paper's ba
 import os
 import shlex
 import subprocess
+import sys
 
 import pytest
 from accelerate.commands.launch import launch_command_parser
@@ -28,8 +29,14 @@ def dry_run(script, *args, **env):
         capture_output=True,
         text=True,
         cwd=RECIPES.parent,
-        env={**os.environ, "DRY_RUN": "1", **{k: str(v) for k, v in env.items()}},
-        timeout=30,
+        # `python` is this environment's, as in the user's activated one (the scripts ask TRL for the server line)
+        env={
+            **os.environ,
+            "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+            "DRY_RUN": "1",
+            **{k: str(v) for k, v in env.items()},
+        },
+        timeout=60,
     )
     return result, [shlex.split(line) for line in result.stdout.splitlines() if line.strip()]
 
@@ -66,19 +73,30 @@ def test_slurm_multinode_launch(nodes):
     assert training_args.use_vllm and training_args.vllm_mode == "colocate"  # the recipe's own generation
 
 
+def assert_trls_serve_line(command, model, *, host, tensor_parallel):
+    """`command` ends in the `vllm serve` line TRL's `trl vllm-serve` would run for these settings (TRL's own
+    `build_command`), bound to `host`: never every interface."""
+    from trl.scripts.vllm_serve import ScriptArguments, build_command
+
+    words = build_command(ScriptArguments(model=model, host=host, port=8000, tensor_parallel_size=tensor_parallel))
+    expected = ["vllm", *words[words.index("serve") :]]
+    assert command[command.index("vllm") :] == expected
+    assert command[command.index("--host") + 1] == host != "0.0.0.0"
+
+
 def test_slurm_with_a_vllm_node():
     result, commands = dry_run(
         SLURM, "Qwen2.5-VL-7B-Instruct", "vepo/config_paper", "zero3", "--vllm_node", SLURM_JOB_NUM_NODES=3
     )
     assert result.returncode == 0, result.stderr
-    serve = next(c for c in commands if "vllm-serve" in c)
+    serve = next(c for c in commands if "serve" in c)
     train = next(c for c in commands if "bash" in c)
-    assert serve[serve.index("trl") :][:3] == ["trl", "vllm-serve", "--model"] and "--nodelist=node2" in serve
+    assert "--nodelist=node2" in serve and "VLLM_SERVER_DEV_MODE=1" in serve
+    assert_trls_serve_line(serve, "Qwen/Qwen2.5-VL-7B-Instruct", host="node2", tensor_parallel=4)
     launch, training_args = training_run(train, node=1)
     assert (launch.num_machines, launch.num_processes, launch.machine_rank) == (2, 16, 1)
     assert training_args.vllm_mode == "server" and training_args.vllm_server_host == "node2"
     assert training_args.vllm_server_timeout == 900
-    assert serve[serve.index("--tensor_parallel_size") + 1] == "4" and "--data_parallel_size" not in serve
     check_batches(training_args, 16)
 
 
@@ -111,13 +129,14 @@ def test_vllm_server_launch_on_one_node(vllm_gpus, train_gpus):
         SERVER, "Qwen2.5-VL-3B-Instruct", "vepo/config_paper", "zero2", "--output_dir", "data/x", VLLM_GPUS=vllm_gpus
     )
     assert result.returncode == 0, result.stderr
-    serve = next(c for c in commands if "vllm-serve" in c)
+    serve = next(c for c in commands if "serve" in c)
     train = next(c for c in commands if "accelerate" in c)
     devices = {c[1].split("=")[0]: c[1].split("=")[1] for c in (serve, train)}
     assert serve[1] == "CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(train_gpus, 8))
     assert train[1] == "CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(train_gpus)), devices
-    # Tensor parallel: TRL's vllm-serve refuses data parallelism for dense models
-    assert serve[serve.index("--tensor_parallel_size") + 1] == str(vllm_gpus) and "--data_parallel_size" not in serve
+    # On this node only (the trainer connects to 127.0.0.1), tensor parallel over the server's GPUs
+    assert serve[2] == "VLLM_SERVER_DEV_MODE=1"
+    assert_trls_serve_line(serve, "Qwen/Qwen2.5-VL-3B-Instruct", host="127.0.0.1", tensor_parallel=vllm_gpus)
     launch, training_args = training_run(train)
     assert launch.num_processes == train_gpus
     assert training_args.vllm_mode == "server" and training_args.output_dir == "data/x"

@@ -237,10 +237,13 @@ def test_cli_resume_starts_from_the_checkpoint_weights(tmp_path, monkeypatch, ca
         assert torch.equal(resumed[name], marked[name]), name
 
 
-def test_an_incomplete_checkpoint_is_refused_before_it_is_announced(tmp_path):
-    """An empty `checkpoint-99` (a run killed while saving) used to be announced as the resume, then a traceback."""
+def test_a_requeued_run_sets_an_incomplete_checkpoint_aside_and_resumes_the_last_complete_one(tmp_path):
+    """An empty `checkpoint-99` (a run killed while saving: the OOM killer, a lost node) and a `checkpoint-98` with
+    state but no weights: the same command rerun (or `--resume_from_checkpoint true`) resumes from the last complete
+    checkpoint, setting both aside (renamed, contents kept) with one line saying so, so that a scheduler's requeue
+    goes on without a person. Naming an incomplete one is still refused."""
     from vepo_trl.errors import UsageError
-    from vepo_trl.run_folder import plan_run, write_record
+    from vepo_trl.run_folder import plan_run, set_aside_incomplete, write_record
 
     folder = tmp_path / "run"
     complete = folder / "checkpoint-5"
@@ -250,14 +253,28 @@ def test_an_incomplete_checkpoint_is_refused_before_it_is_announced(tmp_path):
     write_record(folder, {"a": 1})
     assert plan_run(str(folder), {"a": 1}, resume=None, overwrite=False).checkpoint == str(complete)
     (folder / "checkpoint-99").mkdir()
+    (folder / "checkpoint-98").mkdir()
+    (folder / "checkpoint-98" / "trainer_state.json").write_text("{}")  # state without weights
     for resume in (None, "true"):
-        with pytest.raises(UsageError) as error:
-            plan_run(str(folder), {"a": 1}, resume=resume, overwrite=False)
-        message = str(error.value)
-        assert "checkpoint-99 is not a complete checkpoint" in message and "trainer_state.json" in message
-        assert "\n" not in message
-    (folder / "checkpoint-99" / "trainer_state.json").write_text("{}")  # state without weights
+        plan = plan_run(str(folder), {"a": 1}, resume=resume, overwrite=False)
+        assert plan.checkpoint == str(complete)
+        assert plan.incomplete == [str(folder / "checkpoint-99"), str(folder / "checkpoint-98")]
+        assert "checkpoint-99, checkpoint-98 are incomplete" in plan.message and "\n" not in plan.message
     with pytest.raises(UsageError, match="no weights"):
-        plan_run(str(folder), {"a": 1}, resume=str(folder / "checkpoint-99"), overwrite=False)
+        plan_run(str(folder), {"a": 1}, resume=str(folder / "checkpoint-98"), overwrite=False)
     # The complete one, named, still resumes
     assert plan_run(str(folder), {"a": 1}, resume=str(complete), overwrite=False).checkpoint == str(complete)
+    moved = set_aside_incomplete(plan.incomplete)
+    assert moved == [str(folder / "checkpoint-99.incomplete"), str(folder / "checkpoint-98.incomplete")]
+    assert (folder / "checkpoint-98.incomplete" / "trainer_state.json").is_file()
+    assert plan_run(str(folder), {"a": 1}, resume=None, overwrite=False).incomplete == []
+    # Killed again while saving the same step: a second copy, the first kept
+    (folder / "checkpoint-99").mkdir()
+    assert set_aside_incomplete([str(folder / "checkpoint-99")]) == [str(folder / "checkpoint-99.incomplete-2")]
+    # Only incomplete ones left: the run starts from the beginning, saying so; `true` has nothing to resume
+    for path in complete.iterdir():
+        path.unlink()
+    plan = plan_run(str(folder), {"a": 1}, resume=None, overwrite=False)
+    assert plan.checkpoint is None and "starts from the beginning" in plan.message
+    with pytest.raises(UsageError, match="holds no complete checkpoint"):
+        plan_run(str(folder), {"a": 1}, resume="true", overwrite=False)

@@ -282,6 +282,8 @@ class RunPlan:
     checkpoint: str | None = None
     message: str | None = None
     set_aside: list[str] = dataclasses.field(default_factory=list)
+    # Checkpoints a killed save left incomplete, newer than the one resumed: renamed `<name>.incomplete` before the run
+    incomplete: list[str] = dataclasses.field(default_factory=list)
     # The folder's run already reached the length asked for: nothing to train or write (`message` says so)
     finished: bool = False
 
@@ -389,8 +391,13 @@ def plan_run(
     if resume is True:
         if last is None:
             raise UsageError(f"resume_from_checkpoint: {folder} holds no checkpoint-* folder to resume from.")
-        _checked(last, "remove it to resume from an earlier checkpoint, or name one with --resume_from_checkpoint.")
-        return RunPlan(last, f"Resuming from {last} (step {_step(last)}), as asked.")
+        last, incomplete = last_complete_checkpoint(folder)
+        if last is None:
+            raise UsageError(
+                f"resume_from_checkpoint: {folder} holds no complete checkpoint ({_incomplete_note(incomplete)})."
+            )
+        note = f"{_incomplete_note(incomplete)}; " if incomplete else ""
+        return RunPlan(last, f"{note}Resuming from {last} (step {_step(last)}), as asked.", incomplete=incomplete)
     if resume:
         if not Path(resume).expanduser().is_dir():
             raise UsageError(f"resume_from_checkpoint {resume}: no such checkpoint folder.")
@@ -403,11 +410,20 @@ def plan_run(
                 f"({RUN_FILE}): pass --resume_from_checkpoint true to resume it, --overwrite_output_dir true to start "
                 "fresh, or choose another --output_dir."
             )
-        _checked(last, "remove it to resume from an earlier checkpoint, or name one with --resume_from_checkpoint.")
+        # A requeued job reruns the same command after a kill at any moment: a checkpoint its save left incomplete is
+        # set aside (renamed, never deleted) and the run resumes from the last complete one
+        last, incomplete = last_complete_checkpoint(folder)
+        note = f"{_incomplete_note(incomplete)}; " if incomplete else ""
+        if last is None:
+            return RunPlan(
+                message=f"{note}{folder}/ holds no complete checkpoint: this run starts from the beginning.",
+                incomplete=incomplete,
+            )
         return RunPlan(
             last,
-            f"Resuming from {last} (step {_step(last)}): {folder}/ holds checkpoints of a run with the same settings "
-            "(--overwrite_output_dir true starts fresh instead).",
+            f"{note}Resuming from {last} (step {_step(last)}): {folder}/ holds checkpoints of a run with the same "
+            "settings (--overwrite_output_dir true starts fresh instead).",
+            incomplete=incomplete,
         )
     if holds_a_run(folder):
         state = _trainer_state(folder / "trainer_state.json") if record is not None else None
@@ -422,6 +438,46 @@ def plan_run(
             message=f"{folder}/ holds an earlier run: its model and report are replaced when this run finishes."
         )
     return RunPlan()
+
+
+INCOMPLETE_SUFFIX = ".incomplete"
+
+
+def _step_of(path: Path) -> int:
+    return int(path.name.rsplit("-", 1)[-1])
+
+
+def last_complete_checkpoint(folder: Path) -> tuple[str | None, list[str]]:
+    """The newest complete `checkpoint-N` of `folder` (None if none), and the incomplete ones newer than it."""
+    checkpoints = [p for p in folder.glob("checkpoint-*") if p.is_dir() and p.name.rsplit("-", 1)[-1].isdigit()]
+    incomplete = []
+    for path in sorted(checkpoints, key=_step_of, reverse=True):
+        if checkpoint_problem(path) is None:
+            return str(path), incomplete
+        incomplete.append(str(path))
+    return None, incomplete
+
+
+def _incomplete_note(paths: list[str]) -> str:
+    names = ", ".join(Path(p).name for p in paths)
+    verb = "is" if len(paths) == 1 else "are"
+    return f"{names} {verb} incomplete (a save cut short) and set aside as <name>{INCOMPLETE_SUFFIX}"
+
+
+def set_aside_incomplete(paths: list[str]) -> list[str]:
+    """Rename each incomplete checkpoint `<name>.incomplete` (`.incomplete-2`, ... if taken): out of the resumed run's
+    way (it will save that step again), kept for a look. Returns the new paths."""
+    moved = []
+    for path in map(Path, paths):
+        if not path.is_dir():  # another process of the run renamed it first
+            continue
+        target, n = path.with_name(path.name + INCOMPLETE_SUFFIX), 1
+        while target.exists():
+            n += 1
+            target = path.with_name(f"{path.name}{INCOMPLETE_SUFFIX}-{n}")
+        os.replace(path, target)
+        moved.append(str(target))
+    return moved
 
 
 def set_aside(folder: Path, paths: list[str]) -> None:

@@ -54,6 +54,7 @@ from vepo_trl.run_folder import (
     plan_run,
     run_settings,
     set_aside,
+    set_aside_incomplete,
     write_record,
 )
 from vepo_trl.trainer import VEPOTrainer
@@ -328,6 +329,7 @@ def _run(script_args, training_args, model_args, *, quiet: bool) -> VEPOTrainer 
     if trainer.accelerator.is_main_process:
         # Out of the new run's way, not deleted: the earlier run's checkpoints stay until this one has finished
         set_aside(output_dir, plan.set_aside)
+        set_aside_incomplete(plan.incomplete)
         write_record(output_dir, settings, data_fingerprint=fingerprint)
     trainer.accelerator.wait_for_everyone()
     result = trainer.train(resume_from_checkpoint=plan.checkpoint)

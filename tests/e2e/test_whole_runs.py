@@ -491,3 +491,49 @@ def test_the_first_run_on_a_fresh_cache_still_fails_in_one_line(tmp_path, capsys
     code, out, err = run_cli(["train", "--config", TINY_RECIPE, "--dataset_name", str(tmp_path / "rows.jsonl"),
                               "--output_dir", str(tmp_path / "o")], capsys)  # fmt: skip
     assert_one_error_line(code, err, None, "unreadable image")
+
+
+def test_a_run_killed_while_saving_is_requeued_by_the_same_command(tmp_path, capsys):
+    """SIGKILL in the middle of writing checkpoint-2 (the OOM killer, a lost node): the same command rerun, as a
+    scheduler's requeue does, sets the half-written checkpoint aside (renamed, not deleted) in one line, resumes from
+    checkpoint-1 and ends on the weights of the uninterrupted run."""
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    def argv(folder):
+        return ["demo", "--output_dir", str(folder), "--max_steps", "2", "--save_strategy", "steps", "--save_steps",
+                "1", "--synthetic_rows", "8"]  # fmt: skip
+
+    killed = tmp_path / "killed"
+    script = (
+        "import os, signal, sys, torch\n"
+        "real = torch.save\n"
+        "def save(obj, f, *a, **k):\n"
+        "    if str(f).endswith('optimizer.pt') and 'checkpoint-2' in str(f):\n"
+        "        open(f, 'wb').write(b'PK half')\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    return real(obj, f, *a, **k)\n"
+        "torch.save = save\n"
+        "from vepo_trl.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-c", script, *argv(killed)], capture_output=True, text=True, env=env)
+    assert result.returncode == -9, result.stderr[-2000:]
+    assert (killed / "checkpoint-2").is_dir() and not (killed / "checkpoint-2" / "trainer_state.json").exists()
+
+    code, out, err = run_cli(argv(killed), capsys)
+    assert code == 0, err
+    [line] = [line for line in out.splitlines() if "incomplete" in line]
+    assert "checkpoint-2 is incomplete (a save cut short) and set aside" in line and "Resuming from" in line
+    assert (killed / "checkpoint-2.incomplete" / "optimizer.pt").is_file()  # kept for a look
+    assert json.loads((killed / "trainer_state.json").read_text())["global_step"] == 2
+
+    whole = tmp_path / "whole"
+    code, out, err = run_cli(argv(whole), capsys)
+    assert code == 0, err
+    resumed, uninterrupted = load_file(killed / "model.safetensors"), load_file(whole / "model.safetensors")
+    assert resumed.keys() == uninterrupted.keys()
+    assert all((resumed[k] == uninterrupted[k]).all() for k in resumed)

@@ -201,3 +201,73 @@ def test_tiny_builds_fingerprint_is_the_same_on_a_second_build(tmp_path):
     first = _run("tiny_builds.py", "qwen2.5-vl", tmp_path=tmp_path)
     assert first.split()[0] == "qwen2.5-vl" and len(first.split()[1]) == 16
     assert _run("tiny_builds.py", "qwen2.5-vl", tmp_path=tmp_path) == first
+
+
+def _trl_grpo_tests():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trl_grpo_tests", REPO / "benchmarks" / "trl_grpo_tests.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_trl_grpo_tests_report_counts_honestly(tmp_path):
+    """TRL's test file's report: a refusal is excused only by its expected message, a test with no result on a
+    VEPOTrainer run that was made is lost, runs of another commit are left out, and the report says how many tests
+    ran the paper's selection."""
+    bench = _trl_grpo_tests()
+
+    def junit(trainer, cases, commit="abc"):
+        body = "".join(
+            f'<testcase classname="trl_tests.test_grpo_trainer.TestGRPOTrainer" name="{name}">'
+            + (
+                f'<properties><property name="selection_strategy" value="{strategy}"/></properties>'
+                if strategy
+                else ""
+            )
+            + (f'<failure message="{reason}"/>' if reason else "")
+            + "</testcase>"
+            for name, strategy, reason in cases
+        )
+        (tmp_path / f"junit-{trainer}-all.xml").write_text(f"<testsuites><testsuite>{body}</testsuite></testsuites>")
+        (tmp_path / f"junit-{trainer}-all.json").write_text(json.dumps({"commit": commit, "trainer": trainer}))
+
+    names = ["test_init_minimal", "test_liger_kernel_with_peft_lm_head_raises", "test_a", "test_b"]
+    junit("grpo", [(name, "", "") for name in names])
+    junit("full", [
+        ("test_init_minimal", "full", "ValueError: selection_strategy='vepo' perturbs the model's images, but the model is a text-only 'qwen2' model"),
+        ("test_liger_kernel_with_peft_lm_head_raises", "full", "AssertionError: something else entirely"),
+        ("test_a", "full", ""),
+    ])  # fmt: skip
+    junit("vepo", [(name, "vepo" if name == "test_a" else "full", "") for name in names])
+    results = bench.merged_results(tmp_path, "abc")
+    lost = {(test.split("::")[1], trainer): outcome for test, trainer, outcome in bench.lost_tests(results)}
+    assert set(lost) == {
+        ("test_init_minimal", "full"),
+        ("test_liger_kernel_with_peft_lm_head_raises", "full"),
+        ("test_b", "full"),  # no result: lost, not passed
+    }
+    assert lost[("test_b", "full")].status == "missing"
+    assert bench.excused("TestGRPOTrainer::test_init_minimal", lost[("test_init_minimal", "full")])
+    assert not bench.excused(  # listed, but failed with another message
+        "TestGRPOTrainer::test_liger_kernel_with_peft_lm_head_raises",
+        lost[("test_liger_kernel_with_peft_lm_head_raises", "full")],
+    )
+    report = bench.markdown_report(results, {"commit": "abc"})
+    assert "vepo_trl commit abc" in report
+    assert "ran the paper's selection (the vepo column's vision-language tests): 1 of 4" in report
+    # A run made on another commit is not merged
+    junit("full", [(name, "full", "") for name in names], commit="def")
+    assert bench.merged_results(tmp_path, "abc")["full"] == {}
+
+
+def test_soak_quick_path_ends_on_the_uninterrupted_weights(tmp_path):
+    """The soak's short form: 8 steps, a checkpoint every 2, killed twice at random moments (SIGTERM or SIGKILL) and
+    rerun with the same command: the same final weights as the uninterrupted run."""
+    out = _run("soak.py", "--steps", "8", "--save_steps", "2", "--interruptions", "2", "--quick", "--out",
+               str(tmp_path / "soak"), tmp_path=tmp_path)  # fmt: skip
+    figures = json.loads(out.strip().splitlines()[-1])
+    assert figures["max_weight_difference"] == 0.0
+    assert sum(figures["interruptions"].values()) >= 1

@@ -188,3 +188,34 @@ def test_a_completion_holding_a_media_token_is_kept_out_of_the_loss(tiny_model_d
     assert image_pad not in output["completion_ids"].tolist()[0]
     loss_mask = output["completion_mask"] * output["tool_mask"]
     assert loss_mask[0].sum() == 0 and loss_mask[1:].sum() > 0
+
+
+def test_inspect_and_eval_generation_never_sample_one(tiny_model_dir, dataset):
+    """`inspect` / `analyze` sample rollouts (`insight.signals.sample_completions`) and `eval`'s transformers back end
+    decodes greedily, each on a model whose likeliest tokens are its media tokens: none in any completion (they
+    suppressed the config's image and video ids alone: `<|vision_start|>` was sampled)."""
+    from vepo_trl.eval.generate import TransformersGenerator
+    from vepo_trl.insight.signals import encode_prompt, sample_completions
+
+    processor = AutoProcessor.from_pretrained(tiny_model_dir)
+    model = favouring(tiny_model_dir, [])
+    ids = banned_token_ids(model.config, processor)
+    with torch.no_grad():
+        model.get_output_embeddings().bias[ids] = 12.0
+    row = dataset[0]
+    prompt = encode_prompt(processor, row["prompt"], row["images"])
+    completions = sample_completions(model, processor, prompt, 4, max_new_tokens=8, seed=0)
+    assert completions and not {t for ids_ in completions for t in ids_} & set(ids)
+    generator = TransformersGenerator(model, processor, max_new_tokens=8)
+    text = processor.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+    captured = []
+    generate = model.generate
+
+    def recording(*args, **kwargs):
+        output = generate(*args, **kwargs)
+        captured.append(output)
+        return output
+
+    model.generate = recording
+    generator.generate([text], [list(row["images"])])
+    assert not set(captured[0][0].tolist()[-8:]) & set(ids)

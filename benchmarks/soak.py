@@ -107,7 +107,12 @@ def interrupted(folder: Path, steps: int, save_steps: int, extra: list[str], int
             if process.poll() is None:
                 killed = rng.choice(["SIGTERM", "SIGKILL"])
                 process.send_signal(getattr(signal, killed))
-        out, err = process.communicate(timeout=600)
+        try:
+            out, err = process.communicate(timeout=1800)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise SystemExit(f"run {launches} hung past 30 minutes: killed") from None
         resumed += "Resuming from" in out + err
         set_aside += (out + err).count("incomplete (a save cut short)")
         if killed is not None and process.returncode != 0:
@@ -121,10 +126,23 @@ def interrupted(folder: Path, steps: int, save_steps: int, extra: list[str], int
     return {"interruptions": kills, "reruns_resumed": resumed, "incomplete_checkpoints_set_aside": set_aside}
 
 
+def final_weights(folder: Path) -> Path:
+    """The run's model: `model.safetensors` in its folder, or, where a kill landed in the final save (the rerun then
+    says the run is finished and its last checkpoint's weights are the model), the last checkpoint's."""
+    if (folder / "model.safetensors").is_file():
+        return folder / "model.safetensors"
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = get_last_checkpoint(str(folder))
+    if last is None or not (Path(last) / "model.safetensors").is_file():
+        raise SystemExit(f"{folder} holds no model and no checkpoint with one")
+    return Path(last) / "model.safetensors"
+
+
 def weight_difference(a: Path, b: Path) -> float:
     from safetensors.torch import load_file
 
-    left, right = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
+    left, right = load_file(str(final_weights(a))), load_file(str(final_weights(b)))
     if left.keys() != right.keys():
         return float("inf")
     return max(float((left[k].double() - right[k].double()).abs().max()) for k in left)

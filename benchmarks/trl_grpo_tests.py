@@ -795,11 +795,19 @@ def read_junit(path: Path) -> dict[str, Outcome]:
     return results
 
 
-def merged_results(out: Path, commit: str | None = None) -> dict[str, dict[str, Outcome]]:
+class Results(dict):
+    """Trainer -> test id -> outcome; `ran`: the trainers a run was made for (its record written), a run whose pytest
+    died before writing its JUnit file included."""
+
+    ran: set
+
+
+def merged_results(out: Path, commit: str | None = None) -> Results:
     """Trainer -> test id -> outcome over the runs in `out` made on `commit` (each run records its commit; runs of
     other commits are left out), in the order they ran. A run whose pytest died wrote no JUnit file: the tests the
     GRPOTrainer run of the same selection has are then missing (`lost_tests` counts them as lost)."""
-    merged = {trainer: {} for trainer in TRAINERS}
+    merged = Results({trainer: {} for trainer in TRAINERS})
+    merged.ran = set()
     runs = []
     for record_path in out.glob("junit-*.json"):
         record = json.loads(record_path.read_text())
@@ -807,6 +815,7 @@ def merged_results(out: Path, commit: str | None = None) -> dict[str, dict[str, 
             continue
         runs.append((record_path.stat().st_mtime, record["trainer"], record_path.with_suffix(".xml")))
     for _, trainer, junit in sorted(runs):
+        merged.ran.add(trainer)
         if trainer in merged and junit.is_file():
             merged[trainer].update(read_junit(junit))
     return merged
@@ -850,12 +859,13 @@ def excused(test: str, outcome: Outcome) -> bool:
 def lost_tests(results: dict[str, dict[str, Outcome]]) -> list[tuple[str, str, Outcome]]:
     """(test, trainer, outcome) for each test that passes on GRPOTrainer and not on a VEPOTrainer run that was made
     (a test with no result in such a run is lost as `missing`)."""
+    ran = getattr(results, "ran", None)
     lost = []
     for test in sorted(results["grpo"]):
         if results["grpo"][test].status != "passed":
             continue
         for trainer in ("full", "vepo"):
-            if not results[trainer]:
+            if (trainer not in ran) if ran is not None else not results[trainer]:
                 continue  # that trainer was not run
             outcome = results[trainer].get(test, MISSING)
             if outcome.status != "passed":

@@ -261,6 +261,13 @@ def test_trl_grpo_tests_report_counts_honestly(tmp_path):
     # A run made on another commit is not merged
     junit("full", [(name, "full", "") for name in names], commit="def")
     assert bench.merged_results(tmp_path, "abc")["full"] == {}
+    # A VEPOTrainer run whose pytest died before writing its JUnit file: every test GRPOTrainer passes is lost
+    junit("vepo", [], commit="abc")
+    (tmp_path / "junit-vepo-all.xml").unlink()
+    results = bench.merged_results(tmp_path, "abc")
+    assert {(t.split("::")[1], tr) for t, tr, o in bench.lost_tests(results) if tr == "vepo"} == {
+        (name, "vepo") for name in names
+    }
 
 
 def test_soak_quick_path_ends_on_the_uninterrupted_weights(tmp_path):

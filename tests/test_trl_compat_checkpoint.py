@@ -265,12 +265,18 @@ def test_a_requeued_run_sets_an_incomplete_checkpoint_aside_and_resumes_the_last
     # The complete one, named, still resumes
     assert plan_run(str(folder), {"a": 1}, resume=str(complete), overwrite=False).checkpoint == str(complete)
     moved = set_aside_incomplete(plan.incomplete)
-    assert moved == [str(folder / "checkpoint-99.incomplete"), str(folder / "checkpoint-98.incomplete")]
-    assert (folder / "checkpoint-98.incomplete" / "trainer_state.json").is_file()
+    kept = folder / "incomplete_checkpoints"
+    assert moved == [str(kept / "checkpoint-99"), str(kept / "checkpoint-98")]
+    assert (kept / "checkpoint-98" / "trainer_state.json").is_file()
     assert plan_run(str(folder), {"a": 1}, resume=None, overwrite=False).incomplete == []
+    # Out of sight of transformers' rotation and resume, which read every `*checkpoint-N` name of the run's folder
+    from transformers.trainer_utils import get_last_checkpoint, sort_checkpoints
+
+    assert sort_checkpoints(str(folder)) == [str(complete)] and get_last_checkpoint(str(folder)) == str(complete)
     # Killed again while saving the same step: a second copy, the first kept
     (folder / "checkpoint-99").mkdir()
-    assert set_aside_incomplete([str(folder / "checkpoint-99")]) == [str(folder / "checkpoint-99.incomplete-2")]
+    assert set_aside_incomplete([str(folder / "checkpoint-99")]) == [str(kept / "checkpoint-99.2")]
+    assert plan_run(str(folder), {"a": 1}, resume=None, overwrite=False).incomplete == []
     # Only incomplete ones left: the run starts from the beginning, saying so; `true` has nothing to resume
     for path in complete.iterdir():
         path.unlink()

@@ -74,6 +74,9 @@ def test_merge_keeps_the_users_own_kwargs():
 def test_scrub_replaces_and_reports_rows():
     scrubbed, held = scrub_media_rows([[1, 2, 3], [4, 9, 9, 5], []], [9], pad=0)
     assert scrubbed == [[1, 2, 3], [4, 0, 0, 5], []] and held == [False, True, False]
+    # A tool's response (tool_mask 0) keeps the placeholders of the tool's images: only sampled tokens count
+    scrubbed, held = scrub_media_rows([[4, 9, 9, 5], [9, 1]], [9], pad=0, sampled=[[1, 0, 0, 1], [1, 1]])
+    assert scrubbed == [[4, 9, 9, 5], [0, 1]] and held == [False, True]
 
 
 def test_each_family_declares_media_tokens_its_tokenizer_holds(tiny_dirs):
@@ -125,6 +128,7 @@ def test_renormalised_log_probs_and_entropies_are_the_masked_softmax(tiny_model_
     assert not renormalised_without_media(model, ids, temperature)  # once
     with torch.no_grad():
         out = model(input_ids=input_ids, attention_mask=attention, labels=labels, fused_lm_head=True)
+    assert torch.isfinite(out.log_probs).all() and torch.isfinite(out.entropy).all()  # a media label included
     torch.testing.assert_close(out.log_probs[valid], expected_logp[valid], atol=1e-5, rtol=1e-5)
     rows = target != -100
     # (the kernel's fp32 entropy error is divided by 1 - P, here down to 0.08: 1e-4 relative)
@@ -213,9 +217,9 @@ def test_inspect_and_eval_generation_never_sample_one(tiny_model_dir, dataset):
 
     def recording(*args, **kwargs):
         output = generate(*args, **kwargs)
-        captured.append(output)
+        captured.append(output[:, kwargs["input_ids"].shape[1] :])
         return output
 
     model.generate = recording
     generator.generate([text], [list(row["images"])])
-    assert not set(captured[0][0].tolist()[-8:]) & set(ids)
+    assert captured[0].numel() and not set(captured[0].flatten().tolist()) & set(ids)

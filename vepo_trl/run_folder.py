@@ -25,6 +25,7 @@ import enum
 import fcntl
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -282,7 +283,7 @@ class RunPlan:
     checkpoint: str | None = None
     message: str | None = None
     set_aside: list[str] = dataclasses.field(default_factory=list)
-    # Checkpoints a killed save left incomplete, newer than the one resumed: renamed `<name>.incomplete` before the run
+    # Checkpoints a killed save left incomplete, newer than the one resumed: moved to `incomplete_checkpoints/` first
     incomplete: list[str] = dataclasses.field(default_factory=list)
     # The folder's run already reached the length asked for: nothing to train or write (`message` says so)
     finished: bool = False
@@ -440,18 +441,17 @@ def plan_run(
     return RunPlan()
 
 
-INCOMPLETE_SUFFIX = ".incomplete"
-
-
-def _step_of(path: Path) -> int:
-    return int(path.name.rsplit("-", 1)[-1])
+# Where checkpoints a killed save left incomplete are kept: a subfolder, out of sight of transformers' checkpoint
+# rotation and resume (which read every `*checkpoint-N` name in the run's folder itself)
+INCOMPLETE = "incomplete_checkpoints"
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
 def last_complete_checkpoint(folder: Path) -> tuple[str | None, list[str]]:
     """The newest complete `checkpoint-N` of `folder` (None if none), and the incomplete ones newer than it."""
-    checkpoints = [p for p in folder.glob("checkpoint-*") if p.is_dir() and p.name.rsplit("-", 1)[-1].isdigit()]
+    checkpoints = [p for p in folder.glob("checkpoint-*") if p.is_dir() and _CHECKPOINT.match(p.name)]
     incomplete = []
-    for path in sorted(checkpoints, key=_step_of, reverse=True):
+    for path in sorted(checkpoints, key=lambda p: int(_CHECKPOINT.match(p.name).group(1)), reverse=True):
         if checkpoint_problem(path) is None:
             return str(path), incomplete
         incomplete.append(str(path))
@@ -461,20 +461,23 @@ def last_complete_checkpoint(folder: Path) -> tuple[str | None, list[str]]:
 def _incomplete_note(paths: list[str]) -> str:
     names = ", ".join(Path(p).name for p in paths)
     verb = "is" if len(paths) == 1 else "are"
-    return f"{names} {verb} incomplete (a save cut short) and set aside as <name>{INCOMPLETE_SUFFIX}"
+    return f"{names} {verb} incomplete (a save cut short) and set aside in {INCOMPLETE}/"
 
 
 def set_aside_incomplete(paths: list[str]) -> list[str]:
-    """Rename each incomplete checkpoint `<name>.incomplete` (`.incomplete-2`, ... if taken): out of the resumed run's
-    way (it will save that step again), kept for a look. Returns the new paths."""
+    """Move each incomplete checkpoint into its run folder's `incomplete_checkpoints/` (`checkpoint-N.2`, ... when
+    that step was cut short before): out of the resumed run's way (it saves that step again) and of transformers'
+    rotation, kept for a look. Returns the new paths."""
     moved = []
     for path in map(Path, paths):
-        if not path.is_dir():  # another process of the run renamed it first
+        if not path.is_dir():  # another process of the run moved it first
             continue
-        target, n = path.with_name(path.name + INCOMPLETE_SUFFIX), 1
+        target_dir = path.parent / INCOMPLETE
+        target_dir.mkdir(exist_ok=True)
+        target, n = target_dir / path.name, 1
         while target.exists():
             n += 1
-            target = path.with_name(f"{path.name}{INCOMPLETE_SUFFIX}-{n}")
+            target = target_dir / f"{path.name}.{n}"
         os.replace(path, target)
         moved.append(str(target))
     return moved

@@ -100,6 +100,24 @@ def test_slurm_with_a_vllm_node():
     check_batches(training_args, 16)
 
 
+@pytest.mark.parametrize("address", ["10.1.2.3", "127.0.1.1", "0.0.0.0"])
+def test_slurm_binds_the_vllm_nodes_cluster_address(address):
+    """VLLM_SERVER_ADDR (or the node's name as the cluster resolves it) is where the server listens and the trainers
+    connect; a loopback or wildcard address (a node's own /etc/hosts entry) is refused in one line."""
+    result, commands = dry_run(
+        SLURM, "Qwen2.5-VL-7B-Instruct", "vepo/config_paper", "zero3", "--vllm_node", SLURM_JOB_NUM_NODES=3,
+        VLLM_SERVER_ADDR=address,
+    )  # fmt: skip
+    if address != "10.1.2.3":
+        assert result.returncode == 2 and "VLLM_SERVER_ADDR" in result.stderr and not commands
+        return
+    assert result.returncode == 0, result.stderr
+    serve = next(c for c in commands if "serve" in c)
+    assert_trls_serve_line(serve, "Qwen/Qwen2.5-VL-7B-Instruct", host=address, tensor_parallel=4)
+    _, training_args = training_run(next(c for c in commands if "bash" in c), node=0)
+    assert training_args.vllm_server_host == address
+
+
 def test_slurm_extra_flags_keep_their_quoting():
     # Extra flags go through srun's `bash -c` on every node: spaces and quotes must arrive as given
     result, commands = dry_run(

@@ -528,7 +528,7 @@ def test_a_run_killed_while_saving_is_requeued_by_the_same_command(tmp_path, cap
     assert code == 0, err
     [line] = [line for line in out.splitlines() if "incomplete" in line]
     assert "checkpoint-2 is incomplete (a save cut short) and set aside" in line and "Resuming from" in line
-    assert (killed / "checkpoint-2.incomplete" / "optimizer.pt").is_file()  # kept for a look
+    assert (killed / "incomplete_checkpoints" / "checkpoint-2" / "optimizer.pt").is_file()  # kept for a look
     assert json.loads((killed / "trainer_state.json").read_text())["global_step"] == 2
 
     whole = tmp_path / "whole"

@@ -61,15 +61,18 @@ def merge_generation_kwargs(kwargs: dict | None, ids: Iterable[int], backend: st
 
 
 def scrub_media_rows(
-    completion_ids: list[list[int]], ids: Iterable[int], pad: int
+    completion_ids: list[list[int]], ids: Iterable[int], pad: int, sampled: list[list[int]] | None = None
 ) -> tuple[list[list[int]], list[bool]]:
-    """Each completion with its media ids replaced by `pad`, and whether it held one."""
+    """Each completion with the media ids the model sampled replaced by `pad`, and whether it held one. `sampled`:
+    TRL's `tool_mask` (1 where the model sampled the token, 0 on a tool's response, whose image placeholders are the
+    tool images' own and stay), or None (every token sampled)."""
     banned = set(ids)
     scrubbed, held = [], []
-    for row in completion_ids:
-        hit = any(token in banned for token in row)
-        held.append(hit)
-        scrubbed.append([pad if token in banned else token for token in row] if hit else row)
+    for i, row in enumerate(completion_ids):
+        mask = sampled[i] if sampled is not None else [1] * len(row)
+        hits = [bool(own) and token in banned for token, own in zip(row, mask, strict=True)]
+        held.append(any(hits))
+        scrubbed.append([pad if hit else token for token, hit in zip(row, hits)] if any(hits) else row)
     return scrubbed, held
 
 
@@ -97,18 +100,55 @@ def _full(param):
     return param.full_tensor() if isinstance(param, DTensor) else param
 
 
-def renormalised_without_media(model, ids: list[int], temperature: float) -> bool:
+def _media_mass(head, hidden, labels, mask, log_probs, index, scale, softcap, temperature, fp32, chunk: int = 4096):
+    """Per scored position: log(1 - P) and sum_m p_m log p_m, with p_m the media tokens' probabilities, from their
+    logits and the label's (the fused head's log p(label) gives the normaliser), in chunks of `chunk` positions. The
+    logits in the fused head's precision (the autocast dtype, or fp32 with `cast_lm_head_to_fp32`), so that their
+    difference to the label's carries no rounding the kernel's does not."""
+    from trl.trainer.utils import maybe_gather_lm_head_ctx
+
+    weight, bias = _full(head.weight), None if head.bias is None else _full(head.bias)
+    rows, chosen = hidden.to(weight.device)[mask], labels.to(weight.device)[mask]
+    log_p = log_probs[mask].float()
+    if fp32:
+        rows = rows.float()
+    rests, entropies = [], []
+    with maybe_gather_lm_head_ctx(weight, *([bias] if bias is not None else [])):
+        media = index.to(weight.device)
+        for start in range(0, rows.size(0), chunk):
+            part, label = rows[start : start + chunk], chosen[start : start + chunk]
+            w = weight.float() if fp32 else weight
+            logits = (part @ w[media].to(part.dtype).T).float()  # (tokens, media)
+            label_logit = (part.unsqueeze(1) @ w[label].to(part.dtype).unsqueeze(-1)).reshape(-1, 1).float()
+            if bias is not None:
+                logits, label_logit = logits + bias[media].float(), label_logit + bias[label].float().unsqueeze(-1)
+            logits, label_logit = logits * scale, label_logit * scale
+            if softcap is not None:
+                logits = softcap * torch.tanh(logits / softcap)
+                label_logit = softcap * torch.tanh(label_logit / softcap)
+            media_log_p = log_p[start : start + chunk].unsqueeze(-1) + (logits - label_logit) / temperature
+            media_p = media_log_p.exp()
+            rests.append(torch.log1p(-media_p.sum(-1).clamp(max=1.0 - 1e-6)))
+            entropies.append((media_p * media_log_p).sum(-1))
+    if not rests:
+        empty = log_p.new_zeros(0)
+        return empty, empty
+    return torch.cat(rests), torch.cat(entropies)
+
+
+def renormalised_without_media(model, ids: list[int], temperature: float, fp32: bool = False) -> bool:
     """Make `model`'s fused-head forward (TRL's `add_fused_lm_head`, `fused_lm_head=True`) return the log-probs and
     entropies of its distribution with `ids` removed and the rest renormalised: what vLLM samples and reports under
     `logit_bias` (processed log-probs). From the media tokens' own logits only (a `(tokens, len(ids))` product), so
     the `(tokens, vocab)` logits are never materialised: with p_m the media probabilities and P their sum,
-    log p'(a) = log p(a) - log(1 - P) and H' = (H + sum_m p_m log p_m) / (1 - P) + log(1 - P). Returns whether it was
-    installed (a model without TRL's fused head is left as it is)."""
+    log p'(a) = log p(a) - log(1 - P) and H' = (H + sum_m p_m log p_m) / (1 - P) + log(1 - P). The normaliser is taken
+    without its gradient: the log-probs' gradient is TRL's own (the normaliser's, O(P), is left out: nothing then
+    trains through the media rows, no dense LM-head gradient or sharded weight is touched by autograd here). `fp32`:
+    the trainer's `cast_lm_head_to_fp32`. Returns whether it was installed (a model without TRL's fused head is left as
+    it is)."""
     fused = model.__dict__.get("forward")
     if not ids or fused is None or getattr(fused, "_renormalised_without_media", False):
         return False
-    from trl.trainer.utils import maybe_gather_lm_head_ctx
-
     text_config = model.config.get_text_config()
     scale, softcap = _logit_transform(text_config)
     backbone = model.base_model
@@ -136,30 +176,18 @@ def renormalised_without_media(model, ids: list[int], temperature: float) -> boo
         else:
             labels = kwargs["shift_labels"]
         mask = output.label_mask if output.label_mask is not None else labels != -100
-        head = self.get_output_embeddings()
-        weight, bias = _full(head.weight), None if head.bias is None else _full(head.bias)
-        rows = hidden.to(weight.device)[mask].float()
-        chosen = labels.to(weight.device)[mask]
-        with maybe_gather_lm_head_ctx(weight, *([bias] if bias is not None else [])):
-            media = index.to(weight.device)
-            logits = rows @ weight[media].float().T  # (tokens, media)
-            label_logit = (rows * weight[chosen].float()).sum(-1, keepdim=True)
-            if bias is not None:
-                logits, label_logit = logits + bias[media].float(), label_logit + bias[chosen].float().unsqueeze(-1)
-        logits, label_logit = logits * scale, label_logit * scale
-        if softcap is not None:
-            logits, label_logit = softcap * torch.tanh(logits / softcap), softcap * torch.tanh(label_logit / softcap)
-        log_p = output.log_probs[mask].float()
-        media_log_p = log_p.unsqueeze(-1) + (logits - label_logit) / temperature  # (tokens, media)
-        media_p = media_log_p.exp()
-        total = media_p.sum(-1).clamp(max=1.0 - 1e-6)
-        log_rest = torch.log1p(-total)
-        dtype = output.log_probs.dtype
-        output.log_probs = output.log_probs.masked_scatter(mask, (log_p - log_rest).to(dtype))
+        with torch.no_grad():  # the normaliser: its value, not its gradient (see the docstring)
+            log_rest, media_entropy = _media_mass(
+                self.get_output_embeddings(), hidden, labels, mask, output.log_probs, index, scale, softcap,
+                temperature, fp32,
+            )  # fmt: skip
         if output.entropy is not None:
+            total = -torch.expm1(log_rest)
             entropy = output.entropy[mask].float()
-            rest = (entropy + (media_p * media_log_p).sum(-1)) / (1.0 - total) + log_rest
+            rest = (entropy + media_entropy) / (1.0 - total) + log_rest
             output.entropy = output.entropy.masked_scatter(mask, rest.to(output.entropy.dtype))
+        log_p = output.log_probs[mask]
+        output.log_probs = output.log_probs.masked_scatter(mask, (log_p.float() - log_rest).to(log_p.dtype))
         return output
 
     forward._renormalised_without_media = True
@@ -183,6 +211,11 @@ class NoMediaTokensSampled:
         self._media_ids = tuple(banned_token_ids(getattr(base_model, "config", None), self.processing_class))
         if not self._media_ids:
             return
+        if self._tokenizer.pad_token_id in self._media_ids:  # the scrub's replacement must be no media token itself
+            raise ValueError(
+                f"the tokenizer's pad token (id {self._tokenizer.pad_token_id}) is one of the model's media tokens: "
+                "give the tokenizer a text pad token"
+            )
         if self.use_vllm:
             generation = self.vllm_generation
             generation.generation_kwargs = merge_generation_kwargs(
@@ -190,7 +223,9 @@ class NoMediaTokensSampled:
             )
             for model in (self.model, getattr(self, "ref_model", None)):
                 if model is not None:
-                    renormalised_without_media(unwrap(model), list(self._media_ids), self.temperature)
+                    renormalised_without_media(
+                        unwrap(model), list(self._media_ids), self.temperature, self.args.cast_lm_head_to_fp32
+                    )
         else:
             self.generation_kwargs = merge_generation_kwargs(self.generation_kwargs, self._media_ids, "transformers")
             self.generation_config = GenerationConfig(**self.generation_kwargs, disable_compile=True)
@@ -200,8 +235,12 @@ class NoMediaTokensSampled:
         if not self._media_ids:
             return tuple(output)
         # (prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images): TRL 1.16
+        if len(output) != 8:
+            raise RuntimeError(
+                f"TRL's _generate returned {len(output)} values where TRL 1.16 returns 8: update {__name__}"
+            )
         completion_ids, tool_mask = output[1], output[2]
-        scrubbed, held = scrub_media_rows(completion_ids, self._media_ids, self._tokenizer.pad_token_id)
+        scrubbed, held = scrub_media_rows(completion_ids, self._media_ids, self._tokenizer.pad_token_id, tool_mask)
         count = torch.tensor(float(sum(held)), device=self.accelerator.device)
         total = self.accelerator.gather(count).sum().item()  # every process, every rollout
         mode = "train" if self.model.training else "eval"

@@ -281,10 +281,14 @@ def test_families_unequal_prompts_train_with_each_prompt_as_tokenised_alone(tiny
     class PaddedGRPO(UnpaddedPromptIds, GRPOTrainer):
         pass
 
+    # The same rollouts: GRPOTrainer given the media tokens VEPOTrainer bans (TRL bans the image token alone)
+    banned = {"suppress_tokens": list(vepo._media_ids)}
     grpo = PaddedGRPO(
         model=tiny_dirs[family],
         reward_funcs=length_reward,
-        args=make_args(tmp_path, GRPOConfig, per_device_train_batch_size=8, num_generations=2),
+        args=make_args(
+            tmp_path, GRPOConfig, per_device_train_batch_size=8, num_generations=2, generation_kwargs=banned
+        ),
         train_dataset=data,
     )
     grpo.model.load_state_dict(vepo.model.state_dict())

@@ -101,8 +101,16 @@ def test_evaluation_runs_no_perturbed_pass_unless_asked(tiny_model_dir, visual_d
             assert trainer.num_perturbed_completions == 0 and "eval_vepo/selected_fraction" not in metrics
 
 
+def one_group_constant_reward(completions, **kwargs):
+    """The first prompt's four completions all 0 (zero advantage), the second's 1, 0, 1, 0: whatever is sampled."""
+    return [0.0 if index < 4 else float(index % 2) for index in range(len(completions))]
+
+
 def test_zero_advantage_responses_skip_the_perturbed_pass_when_safe(tiny_model_dir, visual_dataset, tmp_path):
-    trainer = make_trainer(tiny_model_dir, visual_dataset, tmp_path)
+    args = make_config(tmp_path, per_device_train_batch_size=8)
+    trainer = VEPOTrainer(
+        model=tiny_model_dir, reward_funcs=one_group_constant_reward, args=args, train_dataset=visual_dataset
+    )
     inputs = first_batch(trainer)
     trainer.compute_loss(trainer.model, inputs)
     zero = int((inputs["advantages"] == 0).sum())

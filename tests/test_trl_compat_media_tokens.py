@@ -3,6 +3,8 @@ bias on their LM-head rows, as a drifting policy can) trains with none in any co
 trainer samples the ones it does not ban; the trainer's log-probs of the distribution vLLM samples equal a plain
 masked softmax; a completion that holds one anyway is kept out of the loss and counted."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
@@ -223,3 +225,43 @@ def test_inspect_and_eval_generation_never_sample_one(tiny_model_dir, dataset):
     model.generate = recording
     generator.generate([text], [list(row["images"])])
     assert captured[0].numel() and not set(captured[0].flatten().tolist()) & set(ids)
+
+
+MEDIA_RANKS = Path(__file__).resolve().parent / "distributed" / "media_ranks.py"
+
+
+def _media_ranks(output, model_dir, mode, processes="2", rank=None):
+    import os
+    import subprocess
+    import sys
+
+    from .support import REPO, free_port
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    if mode == "none":
+        command = [sys.executable, str(MEDIA_RANKS), str(output), model_dir, mode]
+        env["VEPO_RANK"] = str(rank)
+    else:
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", processes, "--master_port",
+                   str(free_port()), str(MEDIA_RANKS), str(output), model_dir, mode]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["fsdp1", "fsdp2"])
+def test_renormalisation_under_sharded_weights_equals_the_unsharded_model(tmp_path, tiny_model_dir, mode):
+    """Two processes, the model sharded by FSDP1 / FSDP2, each scoring its own image prompt, forward and backward: the renormalised log-probs and entropies equal the unsharded model's on the same batch."""
+    import json
+
+    reference = []
+    for rank in (0, 1):
+        _media_ranks(tmp_path, tiny_model_dir, "none", rank=rank)
+        reference.append(json.loads((tmp_path / f"report-{rank}.json").read_text()))
+    _media_ranks(tmp_path, tiny_model_dir, mode)
+    for sharded, single in zip(json.loads((tmp_path / "report.json").read_text()), reference, strict=True):
+        assert sharded["rank"] == single["rank"]
+        torch.testing.assert_close(torch.tensor(sharded["log_probs"]), torch.tensor(single["log_probs"]), atol=1e-5,
+                                   rtol=1e-5)  # fmt: skip
+        torch.testing.assert_close(torch.tensor(sharded["entropies"]), torch.tensor(single["entropies"]), atol=1e-5,
+                                   rtol=1e-5)  # fmt: skip

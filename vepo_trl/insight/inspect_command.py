@@ -101,6 +101,7 @@ def _summary_line(records) -> str:
 
 def inspect_main(args) -> None:
     """`vepo-trl inspect`'s work on its parsed options (`vepo_trl.commands.inspect`); user errors raise `UsageError`."""
+    _check_rewards(args)  # an option's own values are named before the rule that joins the sources
     source = _inspect_source(args)
     if source == "records":
         from .records import load_records
@@ -114,7 +115,6 @@ def inspect_main(args) -> None:
     recipe = _read_recipe(args.config) if args.config else {}
     model_name = _check_model(args.model or recipe.get("model_name_or_path"))
     settings = _settings(args, recipe)
-    _check_rewards(args)
     check_output_folder("--output", Path(args.output or DEFAULT_PAGE).expanduser().parent or ".")
     if args.greedy and args.response:
         raise UsageError("--greedy samples a response; --response gives them: choose one")

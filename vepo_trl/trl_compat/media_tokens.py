@@ -152,7 +152,7 @@ def renormalised_without_media(model, ids: list[int], temperature: float, fp32: 
     text_config = model.config.get_text_config()
     scale, softcap = _logit_transform(text_config)
     backbone = model.base_model
-    index = torch.tensor(ids)
+    index = torch.tensor(ids)  # cpu: moved to the LM head's device in each forward
 
     @functools.wraps(fused)
     def forward(self, *args, fused_lm_head=False, **kwargs):

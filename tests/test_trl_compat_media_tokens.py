@@ -265,3 +265,16 @@ def test_renormalisation_under_sharded_weights_equals_the_unsharded_model(tmp_pa
                                    rtol=1e-5)  # fmt: skip
         torch.testing.assert_close(torch.tensor(sharded["entropies"]), torch.tensor(single["entropies"]), atol=1e-5,
                                    rtol=1e-5)  # fmt: skip
+
+
+def test_a_users_own_generation_kwargs_are_merged_not_replaced(tiny_model_dir, dataset, tmp_path):
+    """`generation_kwargs` with the user's own `suppress_tokens` and sampling settings: both kept, the ban added."""
+    processor = AutoProcessor.from_pretrained(tiny_model_dir)
+    args = make_config(tmp_path, generation_kwargs={"suppress_tokens": [5], "top_k": 3})
+    trainer = VEPOTrainer(
+        model=tiny_model_dir, reward_funcs=alternating_reward, args=args, train_dataset=dataset,
+        processing_class=processor,
+    )  # fmt: skip
+    banned = banned_token_ids(trainer.model.config, processor)
+    assert set(trainer.generation_config.suppress_tokens) == {5, *banned}
+    assert trainer.generation_config.top_k == 3 and trainer.generation_kwargs["top_k"] == 3

@@ -113,9 +113,13 @@ def banned_token_ids(config, processing_class=None) -> list[int]:
                 ids.add(value)
     family = family_of(config)
     tokenizer = getattr(processing_class, "tokenizer", processing_class)
-    if family is not None and tokenizer is not None and hasattr(tokenizer, "get_vocab"):
-        vocab = tokenizer.get_vocab()
-        ids.update(vocab[token] for token in family.media_tokens if token in vocab)
+    if family is not None and hasattr(tokenizer, "convert_tokens_to_ids"):
+        # One lookup per declared token (every generation call reads this): a token the tokenizer lacks comes back as
+        # None or as the unknown token
+        for token in family.media_tokens:
+            token_id = tokenizer.convert_tokens_to_ids(token)
+            if token_id is not None and token_id != getattr(tokenizer, "unk_token_id", None):
+                ids.add(token_id)
     return sorted(ids)
 
 

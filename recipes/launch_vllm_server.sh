@@ -50,12 +50,8 @@ run() {
     fi
 }
 
-# TRL's own `vllm serve` line (NUL-separated words): the flags it imposes follow the installed TRL and vLLM
-mapfile -d '' -t SERVE < <(python -c 'import sys
-from trl.scripts.vllm_serve import ScriptArguments, build_command
-model, host, tp = sys.argv[1:]
-words = build_command(ScriptArguments(model=model, host=host, port=8000, tensor_parallel_size=int(tp)))
-print("\0".join(["vllm", *words[words.index("serve"):]]), end="")' "$SERVED_MODEL" 127.0.0.1 "$VLLM_GPUS")
+# TRL's own `vllm serve` line (recipes/vllm_serve_command.py), bound to this node only
+mapfile -d '' -t SERVE < <(python recipes/vllm_serve_command.py "$SERVED_MODEL" 127.0.0.1 "$VLLM_GPUS")
 if ((${#SERVE[@]} < 3)); then
     echo "launch_vllm_server.sh: could not build the vllm serve command with TRL (is trl installed?)" >&2
     exit 2

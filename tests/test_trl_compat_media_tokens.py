@@ -11,6 +11,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
+from vepo_trl import VEPOConfig
 from vepo_trl.data import synthetic_training_dataset
 from vepo_trl.families import banned_token_ids, get_family, trainable_families
 from vepo_trl.trl_compat.media_tokens import (
@@ -46,11 +47,9 @@ def favouring(model_dir, tokens: list[int], bias: float = 12.0):
 
 def run(trainer_cls, model, processor, dataset, tmp_path, **overrides):
     settings = {"max_completion_length": 8, "max_steps": 1, "per_device_train_batch_size": 4, "num_generations": 2}
-    args = make_config(tmp_path, **{**settings, **overrides}) if trainer_cls is VEPOTrainer else None
-    if args is None:
-        from trl import GRPOConfig
+    from trl import GRPOConfig
 
-        args = make_config(tmp_path, GRPOConfig, **{**settings, **overrides})
+    args = make_config(tmp_path, GRPOConfig if trainer_cls is GRPOTrainer else VEPOConfig, **{**settings, **overrides})
     trainer = trainer_cls(
         model=model, reward_funcs=alternating_reward, args=args, train_dataset=dataset, processing_class=processor
     )

@@ -226,6 +226,9 @@ class VEPOConfig(GRPOConfig):
         # before TRL's own checks, some of which divide by these.
         # YAML and Python callers bypass argparse's conversion: `noise_step: 500.0` is stored as 500, 500.7 refused
         check_object(self, rules_for(VEPOConfig))
+        given = [
+            name for name in given_fields(self) if name != "perturbation_seed" or self.perturbation_seed != self.seed
+        ]
         if _CHECKPOINTING_RENAMED and self.activation_checkpointing is None and self.gradient_checkpointing is None:
             self.activation_checkpointing = True  # TRL's default, without transformers' warning about the old name
         if self.bf16 is None:
@@ -236,7 +239,10 @@ class VEPOConfig(GRPOConfig):
 
         if problem := unresumable_fsdp2_optimizer(self):
             raise ValueError(problem)
-        check_settings_read(self)
+        from .validation import READS_CHECKED_BY_COMMAND, check_read
+
+        if not READS_CHECKED_BY_COMMAND.get():  # the CLI checks them with what was typed and what a recipe gave
+            check_read(settings_reads(), {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, given)
         if self.perturbation_seed is None:
             self.perturbation_seed = self.seed
 
@@ -281,15 +287,36 @@ def unread_settings(args) -> dict[str, str]:
     return unread
 
 
-def check_settings_read(args) -> None:
-    """Nothing set is ignored: a VEPO setting given a value other than its default, which the run never reads (by
-    `unread_settings`), is a `ValueError` naming it. One rule for the CLI, recipes and `VEPOConfig(...)` in Python."""
-    defaults = {f.name: f.default for f in dataclasses.fields(VEPOConfig) if f.default is not dataclasses.MISSING}
-    for name, why in unread_settings(args).items():
-        value = getattr(args, name)
-        if value == defaults.get(name, value) or (name == "perturbation_seed" and value in (None, args.seed)):
+def settings_reads() -> dict:
+    """When a run reads each setting that some runs do not (`validation.Reads`): the table of TRL's, transformers' and
+    the script's (`validation.TRAIN_READS`), and VEPO's strategy and perturbation settings as the registries say."""
+    from .perturb import PERTURBATIONS, perturbation_reads
+    from .validation import TRAIN_READS, registry_reads
+
+    deciders = ("selection_strategy", "perturbation", "noise_annealing")
+    table = {}
+    for name in ("perturbation", "perturbation_seed", *STRATEGY_SETTINGS.values(), *PERTURBATION_SETTINGS.values()):
+        names = (name,) if isinstance(name, str) else name
+        keyword = next((k for k, group in PERTURBATION_SETTINGS.items() if names == group), None)
+        # A run that reads them: VEPO with the first perturbation that takes the keyword (annealing on for its own)
+        perturbation = next(p for p in PERTURBATIONS if keyword is None or keyword in perturbation_reads(p))
+        for one in names:
+            table[one] = registry_reads(
+                one, deciders, ("vepo", perturbation, True if keyword == "noise_step" else None)
+            )
+    return {**TRAIN_READS, **table}
+
+
+def given_fields(config) -> list[str]:
+    """The fields of a dataclass instance set to other than their defaults (what a Python caller gave)."""
+    given = []
+    for f in dataclasses.fields(config):
+        if not f.init:
             continue
-        raise ValueError(f"--{name} {value} is set, and this run never reads it ({why}): drop it.")
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if default is not dataclasses.MISSING and getattr(config, f.name) != default:
+            given.append(f.name)
+    return given
 
 
 def _hardware_supports_bf16() -> bool:

@@ -21,17 +21,23 @@ from typing import Any, NoReturn
 from .errors import UsageError, fail
 
 
-def option(default: Any = None, help: str = "", *, rule, group: str | None = None, positional: bool = False,
+def option(default: Any = None, help: str = "", *, rule, reads, group: str | None = None, positional: bool = False,
            required: bool = False, repeatable: bool = False, metavar: str | None = None, choices=None) -> Any:  # fmt: skip
-    """One declared option: a dataclass field carrying its help text, its value rule (`validation.Rule`) and its help
-    group. `repeatable`: a list given by repeating the flag (argparse's append) rather than after one flag."""
+    """One declared option: a dataclass field carrying its help text, its value rule (`validation.Rule`), when a run
+    reads it (`validation.Reads`: `ALWAYS`, or a condition over the other options; a given option the run would not
+    read is refused) and its help group. `repeatable`: a list given by repeating the flag (argparse's append)."""
     metadata = {
-        "help": help, "rule": rule, "group": group, "positional": positional, "required": required,
+        "help": help, "rule": rule, "reads": reads, "group": group, "positional": positional, "required": required,
         "repeatable": repeatable, "metavar": metavar, "choices": choices,
     }  # fmt: skip
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def declared_reads(declaration) -> dict[str, Any]:
+    """When a run reads each declared option (`validation.Reads`), by name."""
+    return {field.name: field.metadata["reads"] for field in dataclasses.fields(declaration)}
 
 
 def declared_rules(declaration) -> dict[str, Any]:
@@ -66,7 +72,8 @@ def _kind(annotation) -> tuple[type, bool]:
 def parser_for(declaration, *, prog: str, description: str | None = None,
                formatter_class=argparse.HelpFormatter) -> OneLineParser:  # fmt: skip
     """The argparse parser of a declaration: each field one option, in its group, in the declared order."""
-    parser = OneLineParser(prog=prog, description=description, formatter_class=formatter_class)
+    # No abbreviations: `--max_new 9 --max_new_tokens 5` would hide a flag given twice
+    parser = OneLineParser(prog=prog, description=description, formatter_class=formatter_class, allow_abbrev=False)
     parser.declaration = declaration
     parser.rules = declared_rules(declaration)
     hints = typing.get_type_hints(declaration)
@@ -95,7 +102,8 @@ def parser_for(declaration, *, prog: str, description: str | None = None,
         if meta["positional"]:
             target.add_argument(field.name, **kwargs)
         else:
-            target.add_argument(f"--{field.name}", required=meta["required"], **kwargs)
+            spellings = [f"--{field.name}"] + ([f"--{field.name.replace('_', '-')}"] if "_" in field.name else [])
+            target.add_argument(*spellings, required=meta["required"], **kwargs)
     return parser
 
 
@@ -119,11 +127,13 @@ class OneLineParser(argparse.ArgumentParser):
         parsed = super().parse_args(argv, namespace)
         if self.declaration is None:
             return parsed
-        from .validation import check_options
+        from .validation import check_options, check_read
 
         flags = {field.name: flag_of(field) for field in dataclasses.fields(self.declaration)}
+        given = {flag_name(token) for token in argv if token.startswith("--") and len(token) > 2}
         try:
             check_options(self.rules, vars(parsed), flags)
+            check_read(declared_reads(self.declaration), vars(parsed), given)
         except UsageError as error:
             self.error(str(error))
         return self.declaration(**vars(parsed))
@@ -137,7 +147,7 @@ class OneLineParser(argparse.ArgumentParser):
                 raise
             # argparse says "invalid int value"; the declared rule says what the value must be
             raise argparse.ArgumentError(
-                None, f"{action.option_strings[-1]} {arg_string!r}: text, must be {rule.valid}."
+                None, f"{action.option_strings[0]} {arg_string!r}: text, must be {rule.valid}."
             ) from None
 
     def _repeatable(self) -> dict[str, bool]:
@@ -147,6 +157,11 @@ class OneLineParser(argparse.ArgumentParser):
             for action in self._actions
             for string in action.option_strings
         }
+
+
+def flag_name(token: str) -> str:
+    """The option a command-line word names, in its one spelling: `--max-steps=3` -> `max_steps`."""
+    return token[2:].split("=", 1)[0].replace("-", "_")
 
 
 def check_repeated(argv: list[str], repeatable: dict[str, bool] | None = None) -> None:
@@ -161,6 +176,7 @@ def check_repeated(argv: list[str], repeatable: dict[str, bool] | None = None) -
         flag, equals, value = token.partition("=")
         if repeatable is not None and repeatable.get(flag, False):
             continue
+        flag = "--" + flag_name(flag)  # `--max-steps` and `--max_steps` are one option
         if not equals:
             value = argv[index + 1] if index + 1 < len(argv) and not argv[index + 1].startswith("--") else ""
         if flag in seen:

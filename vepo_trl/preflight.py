@@ -10,6 +10,7 @@ peft's own matching rule runs on the real module names; prompt lengths are count
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -266,44 +267,21 @@ def pixel_bounds(script_args, dataset_name: str | None) -> dict[str, int]:
     }
 
 
-# TRL's ModelConfig fields that shape a LoRA adapter: they mean something only with use_peft
-LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_target_parameters",
-               "lora_modules_to_save", "lora_task_type", "use_rslora", "use_dora")  # fmt: skip
+def check_nothing_ignored(script_args, training_args, model_args, given=None, typed=None) -> None:
+    """Every setting the run was given takes effect, or is refused here in one line naming it and what would make it
+    read (`config.settings_reads`, the one table). `given`: the names the command line or recipe set (the CLI's; the
+    Python API compares with the defaults instead); `typed`: those of the command line alone."""
+    from .config import given_fields, settings_reads
+    from .validation import check_read
 
-
-def check_nothing_ignored(script_args, training_args, model_args, given=(), typed=()) -> None:
-    """Every setting the run was given takes effect, or is refused here in one line naming it. `given`: the names the
-    command line or recipe set (the CLI's; the Python API compares with the defaults instead); `typed`: those of the
-    command line alone."""
-    from trl import ModelConfig
-
-    defaults = ModelConfig()
-    if not model_args.use_peft:
-        set_here = [
-            name for name in LORA_FIELDS if name in given or getattr(model_args, name) != getattr(defaults, name)
-        ]
-        if set_here:
-            raise UsageError(
-                f"--{set_here[0]} is set but --use_peft is false, so no adapter would be trained and the whole model "
-                f"would: add --use_peft true, or drop {', '.join('--' + name for name in set_here)}."
-            )
-    datasets_read = [script_args.dataset_name, script_args.eval_dataset_name or None]
-    # A recipe's synthetic_rows goes with its synthetic data: a dataset_name typed over it leaves it unread by design
-    recipe_rows_only = "synthetic_rows" not in typed and "dataset_name" in typed
-    generated = {SYNTHETIC_DATASET, LAB_DATASET} & set(datasets_read)
-    if "synthetic_rows" in given and not generated and not recipe_rows_only:
-        raise UsageError(
-            f"--synthetic_rows {script_args.synthetic_rows}: only dataset_name synthetic or lab generates rows, and "
-            f"this run reads {script_args.dataset_name}: drop --synthetic_rows (--max_train_samples keeps the first N "
-            "rows)."
-        )
-    if LAB_DATASET in datasets_read:
-        bounds = [name for name in ("min_pixels", "max_pixels") if getattr(script_args, name) is not None]
-        if bounds:
-            raise UsageError(
-                f"--{bounds[0]} {getattr(script_args, bounds[0])}: dataset_name lab draws its images at the warm "
-                "start's own size, which no bound changes; drop it (bounds apply to loaded and synthetic data)."
-            )
+    if given is None:
+        given = {name for args in (script_args, training_args, model_args) for name in given_fields(args)}
+        if training_args.perturbation_seed == training_args.seed:  # the seed it defaults to
+            given.discard("perturbation_seed")
+    values = {}
+    for args in (model_args, training_args, script_args):  # the script's eval_dataset_name etc. win, as they are read
+        values.update({f.name: getattr(args, f.name) for f in dataclasses.fields(args)})
+    check_read(settings_reads(), values, given, typed)
     if training_args.fp16 and training_args.device.type == "cpu":
         raise UsageError(
             "--fp16 true needs a GPU, and this run is on the CPU (use_cpu, or none visible), where it would train in "

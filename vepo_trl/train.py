@@ -38,7 +38,6 @@ from vepo_trl.local_models import (  # noqa: F401  (TINY_MODEL, LAB_MODEL: re-ex
     resolve_model_name,
 )
 from vepo_trl.preflight import (  # noqa: F401  (check_arguments and the data names: re-exported)
-    LORA_FIELDS,
     check_arguments,
     check_first_step_fits,
     dataset_name_problem,
@@ -250,7 +249,8 @@ def main(
     Arguments are checked (`check_arguments`) before anything loads. `quiet` shows a progress bar without printing
     each step's metrics (the CLI's choice; they still go to the trainer's log history and the model card).
     """
-    check_arguments(script_args, training_args, model_args)
+    if CHECKED.get(id(training_args)) is not training_args:  # the CLI checked these once, with what was typed
+        check_arguments(script_args, training_args, model_args)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s", handlers=[logging.StreamHandler(sys.stdout)]
     )
@@ -377,8 +377,30 @@ def save_whole(trainer, output_dir: str) -> None:
         raise save_failure(f"the model into {output_dir}", error, output_dir, bool(written)) from error
 
 
+# Arguments a command has checked (`commands.train`), so `main` does not check them again: id -> the object
+CHECKED: dict[int, VEPOConfig] = {}
+
+
+class VEPOParser(TrlParser):
+    """TRL's parser over the script's, VEPO's and TRL's model dataclasses, without abbreviations (`--max_step 40`
+    would hide a flag given twice). Whether each given setting is read is judged by its caller, which knows what was
+    typed and what a recipe gave (`preflight.check_arguments`), not by each dataclass as it is built."""
+
+    def __init__(self):
+        super().__init__((VEPOScriptArguments, VEPOConfig, ModelConfig), allow_abbrev=False)
+
+    def parse_args_and_config(self, *args, **kwargs):
+        from vepo_trl.validation import READS_CHECKED_BY_COMMAND
+
+        token = READS_CHECKED_BY_COMMAND.set(True)
+        try:
+            return super().parse_args_and_config(*args, **kwargs)
+        finally:
+            READS_CHECKED_BY_COMMAND.reset(token)
+
+
 def make_parser() -> TrlParser:
-    return TrlParser((VEPOScriptArguments, VEPOConfig, ModelConfig))
+    return VEPOParser()
 
 
 if __name__ == "__main__":

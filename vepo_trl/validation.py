@@ -15,6 +15,7 @@ built (`check_values`), so the Python API gets the same refusals.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import math
@@ -396,6 +397,237 @@ COMBINATIONS: list[Combination] = [
 ]
 
 
+# When a run reads a setting: a setting given (on the command line in any spelling, in a recipe, to `VEPOConfig` or a
+# command's declaration) that the run will not read is refused in one line naming it and what would make it read.
+
+
+@dataclass(frozen=True)
+class Reads:
+    """When a run reads a setting: `test`, over the resolved values of the `deciders` (the settings that choose the
+    run's mode), is true where it does. `needs`: in words, what makes it read. `unread` / `read`: values of the
+    deciders in a mode that does not / does read it (the property test and `benchmarks/bad_inputs.py` run both)."""
+
+    deciders: tuple[str, ...]
+    test: Callable[..., bool]
+    needs: str | Callable[..., str]  # or a function of the deciders' values
+    unread: tuple = ()
+    read: tuple = ()
+
+    def reads(self, values: Mapping[str, object]) -> bool | None:
+        """Whether a run with `values` reads the setting; None while a decider's value is not known yet."""
+        if any(name not in values for name in self.deciders):
+            return None
+        return bool(self.test(*(values[name] for name in self.deciders)))
+
+
+ALWAYS = Reads((), lambda: True, "always read")
+
+
+def _true(value) -> bool:
+    """A flag as the command line (text) or a recipe / Python (a bool) gives it."""
+    return value is True or (isinstance(value, str) and value.strip().lower() in ("true", "1", "yes"))
+
+
+def _mode(value) -> str:
+    """A strategy setting (`"steps"`, transformers' `IntervalStrategy.STEPS`) as lower-case text."""
+    return str(getattr(value, "value", value)).lower()
+
+
+def _vllm_mode(mode: str, needs: str) -> Reads:
+    return Reads(("use_vllm", "vllm_mode"), lambda use, m: _true(use) and m == mode, needs,
+                 (True, "server" if mode == "colocate" else "colocate"), (True, mode))  # fmt: skip
+
+
+def _strategy_is(field: str, *modes: str, needs: str) -> Reads:
+    """Read when `field` (save / logging / eval strategy) is one of `modes`, or anything but "no" (no modes)."""
+    test = (lambda s: _mode(s) in modes) if modes else (lambda s: _mode(s) != "no")
+    return Reads((field,), test, needs, ("no",), (modes[0] if modes else "steps",))
+
+
+_VLLM = Reads(("use_vllm",), _true, "--use_vllm true", (False,), (True,))
+_COLOCATE = _vllm_mode("colocate", "--use_vllm true --vllm_mode colocate")
+_SERVER = _vllm_mode("server", "--use_vllm true --vllm_mode server")
+_SERVER_ADDRESS = Reads(
+    ("use_vllm", "vllm_mode", "vllm_server_base_url"),
+    lambda use, mode, url: _true(use) and mode == "server" and not url,
+    "--use_vllm true --vllm_mode server, without --vllm_server_base_url (which replaces host and port)",
+    (True, "server", "http://10.0.0.2:8000"),
+    (True, "server", None),
+)
+_IS_CORRECTION = Reads(
+    ("use_vllm", "vllm_importance_sampling_correction"),
+    lambda use, correction: _true(use) and _true(correction),
+    "--use_vllm true with --vllm_importance_sampling_correction true",
+    (True, False),
+    (True, True),
+)
+_PUSH = Reads(("push_to_hub",), _true, "--push_to_hub true", (False,), (True,))
+_EVAL_SET = Reads(("eval_dataset_name",), bool, "--eval_dataset_name (an evaluation set)", (None,), ("geometry3k",))
+_LAB, _SYNTHETIC = "lab", "synthetic"  # data.loaders' generated data sets (light here: no import)
+
+# `vepo-trl train` / `demo` / `VEPOConfig`: the settings of TRL, transformers and the script read only in some modes.
+# VEPO's strategy and perturbation settings follow the registries (`config.unread_settings`, added at check time).
+TRAIN_READS: dict[str, Reads] = {
+    **dict.fromkeys(("vllm_mode", "vllm_structured_outputs_regex", "vllm_importance_sampling_correction"), _VLLM),
+    **dict.fromkeys(("vllm_server_base_url", "vllm_server_timeout", "vllm_group_port"), _SERVER),
+    **dict.fromkeys(("vllm_server_host", "vllm_server_port"), _SERVER_ADDRESS),
+    **dict.fromkeys(
+        (
+            "vllm_gpu_memory_utilization",
+            "vllm_tensor_parallel_size",
+            "vllm_max_model_length",
+            "vllm_enable_sleep_mode",
+            "vllm_model_impl",
+        ),
+        _COLOCATE,
+    ),  # fmt: skip
+    **dict.fromkeys(
+        (
+            "vllm_importance_sampling_mode",
+            "vllm_importance_sampling_clip_min",
+            "vllm_importance_sampling_clip_max",
+            "vllm_importance_sampling_cap",
+        ),
+        _IS_CORRECTION,
+    ),  # fmt: skip
+    "save_steps": _strategy_is("save_strategy", "steps", needs="--save_strategy steps"),
+    **dict.fromkeys(
+        ("save_total_limit", "save_only_model", "save_on_each_node"),
+        _strategy_is("save_strategy", needs="a --save_strategy other than no"),
+    ),  # fmt: skip
+    "logging_steps": _strategy_is("logging_strategy", "steps", needs="--logging_strategy steps"),
+    "logging_first_step": _strategy_is("logging_strategy", needs="a --logging_strategy other than no"),
+    "eval_steps": _strategy_is("eval_strategy", "steps", needs="--eval_strategy steps"),
+    **dict.fromkeys(
+        (
+            "eval_delay",
+            "eval_on_start",
+            "per_device_eval_batch_size",
+            "eval_accumulation_steps",
+            "num_generations_eval",
+        ),
+        _strategy_is("eval_strategy", needs="an --eval_strategy other than no"),
+    ),  # fmt: skip
+    "max_eval_samples": _EVAL_SET,
+    # hub_model_id is read without a push too: the model card's usage snippet names it
+    **dict.fromkeys(("hub_strategy", "hub_private_repo", "hub_always_push", "hub_revision"), _PUSH),
+    **dict.fromkeys(
+        ("ref_model_sync_steps", "ref_model_mixup_alpha"),
+        Reads(("sync_ref_model",), _true, "--sync_ref_model true", (False,), (True,)),
+    ),  # fmt: skip
+    "selection_samples_count": Reads(
+        ("selection_samples_steps",),
+        lambda steps: steps is not None and float(steps) > 0,
+        "--selection_samples_steps N above 0",
+        (0,),
+        (5,),
+    ),  # fmt: skip
+    # (torch_compile_backend / _mode are read whenever given: transformers turns torch_compile on for them)
+    **dict.fromkeys(
+        (
+            "lora_r",
+            "lora_alpha",
+            "lora_dropout",
+            "lora_target_modules",
+            "lora_target_parameters",
+            "lora_modules_to_save",
+            "lora_task_type",
+            "use_rslora",
+            "use_dora",
+        ),
+        Reads(("use_peft",), _true, "--use_peft true (an adapter is trained, not the whole model)", (False,), (True,)),
+    ),  # fmt: skip
+    "synthetic_rows": Reads(
+        ("dataset_name", "eval_dataset_name"),
+        lambda train, held: bool({_SYNTHETIC, _LAB} & {train, held}),
+        "dataset_name synthetic or lab (generated rows; --max_train_samples keeps the first N rows of a file)",
+        ("my/data.jsonl", None),
+        (_SYNTHETIC, None),
+    ),  # fmt: skip
+    **dict.fromkeys(
+        ("min_pixels", "max_pixels"),
+        Reads(
+            ("dataset_name", "eval_dataset_name"),
+            lambda train, held: _LAB not in (train, held),
+            "data other than dataset_name lab (which draws its images at the warm start's own size)",
+            (_LAB, None),
+            (_SYNTHETIC, None),
+        ),
+    ),  # fmt: skip
+}
+
+
+# The commands' own options (their declarations name these)
+GENERATES = Reads(("rescore",), lambda stored: stored is None,
+                  "a run that generates (--rescore grades stored completions: no model, no generation)",
+                  ("eval-old",), (None,))  # fmt: skip
+VLLM_ENGINE = Reads(("backend", "rescore"), lambda backend, stored: backend != "transformers" and stored is None,
+                    "--backend vllm (or auto, where vLLM is installed)", ("transformers", None), ("vllm", None))  # fmt: skip
+JUDGED = Reads(("protocol",), lambda protocol: protocol != "rule", "--protocol paper or lenient (rule has no judge)",
+               ("rule",), ("paper",))  # fmt: skip
+PUSHES = Reads(("push_to_hub",), _true, "--push_to_hub", (False,), (True,))
+SAMPLES = Reads(("greedy",), lambda greedy: not greedy, "sampled responses (not --greedy)", (True,), (False,))
+RUNS_MODEL = Reads(("records",), lambda records: records is None, "a model run (--records renders saved records)",
+                   ("records.jsonl",), (None,))  # fmt: skip
+DATA_ROW = Reads(("dataset",), lambda dataset: dataset is not None, "--dataset", (None,), ("synthetic",))
+OWN_PROMPT = Reads(("image",), lambda image: image is not None, "--image", (None,), ("fig.png",))
+
+
+def registry_reads(name: str, deciders: tuple[str, str, str], read: tuple) -> Reads:
+    """A strategy or perturbation setting (`name`, as `VEPOConfig` calls it), read as the registries say
+    (`config.unread_settings`). `deciders`: how the command calls the strategy, the perturbation and, for `inspect` /
+    `analyze`, the recipe (`train`: noise_annealing), whose choice is judged where it is read; `read`: their values
+    in a run that reads it."""
+
+    def run(strategy, perturbation, third):
+        from types import SimpleNamespace
+
+        from .config import unread_settings
+
+        annealing = third if deciders[2] == "noise_annealing" else False
+        settings = SimpleNamespace(selection_strategy=strategy or "vepo", perturbation=perturbation or "diffusion",
+                                   noise_annealing=_true(annealing))  # fmt: skip
+        return unread_settings(settings).get(name)
+
+    def test(strategy, perturbation, third):
+        if deciders[2] == "config" and third is not None and (strategy is None or perturbation is None):
+            return True
+        return run(strategy, perturbation, third) is None
+
+    return Reads(deciders, test, run, ("full", None, None), read)
+
+
+# Set while a command parses (it checks the settings read with what was typed and what its recipe gave)
+READS_CHECKED_BY_COMMAND = contextvars.ContextVar("reads_checked_by_command", default=False)
+
+
+def check_read(reads: Mapping[str, Reads], values: Mapping[str, object], given: Iterable[str],
+               typed: Iterable[str] | None = None) -> None:  # fmt: skip
+    """Refuse a given setting the run will not read (`UsageError`, one line naming it and what makes it read).
+    `values`: the run's resolved settings (a decider missing from them leaves its settings unjudged); `given`: the
+    names the user set (command line, recipe, constructor); `typed`: those of the command line alone, where a recipe is
+    read too: a recipe's setting left unread by a mode the user typed (`--use_vllm false` over a vLLM recipe) stays
+    quiet, as a recipe's defaults do."""
+    from .errors import UsageError
+
+    given = set(given)
+    typed = given if typed is None else set(typed)
+    for name in [name for name in reads if name in given]:  # in the table's order: the same line every time
+        rule = reads[name]
+        if rule.reads(values) is not False:
+            continue
+        if name not in typed and any(decider in typed for decider in rule.deciders):
+            continue
+        value = values.get(name)
+        value = getattr(value, "value", value)
+        shown = " ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+        if callable(rule.needs):
+            why = rule.needs(*(values[d] for d in rule.deciders))
+        else:
+            why = f"it is read only with {rule.needs}"
+        raise UsageError(f"--{name} {shown} is set, and this run never reads it ({why}): drop it, or change that.")
+
+
 def troubleshooting_markdown() -> str:
     """The troubleshooting page's generated part (docs/troubleshooting.md): every option's range as `RANGES` holds it,
     and every combination rule with the one-line refusal its example values get, rendered from the rules that raise
@@ -414,11 +646,6 @@ def _show_example(value) -> str:
     if isinstance(value, (list, tuple)):
         return " ".join(map(_show_example, value))
     return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _true(value) -> bool:
-    """A flag as the command line (text) or a recipe / Python (a bool) gives it."""
-    return value is True or (isinstance(value, str) and value.strip().lower() in ("true", "1", "yes"))
 
 
 def _allows_none(annotation) -> bool:

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import vepo_trl.train as train_module
 from vepo_trl.cli import main as cli_main
 from vepo_trl.options import option, parser_for
-from vepo_trl.validation import TEXT
+from vepo_trl.validation import ALWAYS, TEXT, Reads
 
 from ..support import REPO, TINY_RECIPE, assert_one_error_line, run_cache, snapshot
 
@@ -199,11 +199,13 @@ REQUIRED_ARGS = {"plot": [str(REPO)], "analyze": ["--dataset", "synthetic"]}
 def test_an_option_declared_without_a_rule_cannot_make_a_parser():
     @dataclasses.dataclass
     class Options:
-        name: str | None = option(None, "A name.", rule=TEXT)
+        name: str | None = option(None, "A name.", reads=ALWAYS, rule=TEXT)
         other: str | None = None
 
     with pytest.raises(TypeError, match="Options.other: an option declared without a rule"):
         parser_for(Options, prog="vepo-trl x")
+    with pytest.raises(TypeError, match="reads"):  # when a run reads it is part of every declaration
+        option(None, "A name.", rule=TEXT)
 
 
 def option_values(place: Place, command: str, name: str, action: argparse.Action, bad: bool) -> list[str] | None:
@@ -238,7 +240,8 @@ def test_drawn_options_of_every_command_end_cleanly(command, data, tmp_path_fact
         values = option_values(place, command, name, actions[name], is_bad)
         if actions[name].option_strings == []:  # plot's RUN_DIR: a positional, given below
             continue
-        flag = actions[name].option_strings[-1]
+        # Either spelling: `--max_new_tokens` or `--max-new-tokens`; errors name the first
+        flag = data.draw(st.sampled_from(actions[name].option_strings))
         if values is None:
             argv.append(flag)
             continue
@@ -246,7 +249,7 @@ def test_drawn_options_of_every_command_end_cleanly(command, data, tmp_path_fact
             continue
         argv += [flag, data.draw(st.sampled_from(values))]
         if is_bad:
-            bad_flags.append(flag)
+            bad_flags.append(actions[name].option_strings[0])
     required = REQUIRED.get(command, [])
     if not (required and required[0] in argv):
         argv += [str(root / "run") if arg == "RUN" else arg for arg in required]
@@ -427,6 +430,138 @@ def test_repeated_flags_are_refused_in_every_command(tmp_path, capsys):
     ]:
         code, err = run(argv, capsys)
         assert_one_error_line(code, err, argv[0], f"{flag} is given twice")
+
+
+@pytest.mark.parametrize("command", ["train", "eval", "inspect", "analyze", "plot", "lab"])
+def test_a_flag_given_twice_in_another_spelling_is_refused(command, tmp_path, capsys):
+    """T51 / T52: an abbreviation (`--max_step 40 --max_steps 1`) or the dash spelling (`--max-steps 40`) escaped the
+    repeat rule and one value was dropped without a word. No command takes abbreviations; both spellings are one
+    option."""
+    place = Place(tmp_path)
+    base, flag, values = {
+        "train": (["--config", TINY_RECIPE], "max_steps", ("40", "1")),
+        "eval": (["--model", "m"], "max_new_tokens", ("9", "5")),
+        "inspect": (["--model", "m", "--dataset", "synthetic"], "max_new_tokens", ("9", "5")),
+        "analyze": (["--model", "m", "--dataset", "synthetic"], "batch_size", ("3", "2")),
+        "plot": ([str(place.root / "run")], "output_dir", (str(tmp_path / "a"), str(tmp_path / "b"))),
+        "lab": ([], "max_minutes", ("9", "5")),
+    }[command]
+    dashed = "--" + flag.replace("_", "-")
+    code, err = run([command, *base, dashed, values[0], f"--{flag}", values[1]], capsys)
+    assert_one_error_line(code, err, command, f"--{flag} is given twice")
+    code, err = run([command, *base, f"--{flag[:-1]}", values[0], f"--{flag}", values[1]], capsys)
+    assert_one_error_line(code, err, command, f"--{flag[:-1]}")
+
+
+# -- Every given setting is read: each (command, option) in each mode its declaration names ---------------------------
+
+
+def declared_reads() -> list[tuple[str, str, Reads]]:
+    """(command, option, when it is read) for every option of every command: the declarations' own, `train`'s
+    table (`config.settings_reads`: TRL's, transformers' and the script's settings, and the registries')."""
+    from vepo_trl.config import settings_reads
+
+    rows = []
+    for command, parser in parsers().items():
+        for field in dataclasses.fields(parser.declaration):
+            rows.append((command, field.name, field.metadata["reads"]))
+    rows += [("train", name, reads) for name, reads in settings_reads().items()]
+    return rows
+
+
+def test_every_declared_option_states_when_it_is_read():
+    rows = declared_reads()
+    assert all(isinstance(reads, Reads) for _, _, reads in rows), [
+        row for row in rows if not isinstance(row[2], Reads)
+    ]
+    conditional = [row for row in rows if row[2].deciders]
+    assert all(reads.unread and reads.read for _, _, reads in conditional), "a condition without its two modes"
+    assert len(conditional) >= 60, len(conditional)
+
+
+TRAIN_VALUES = {  # a value each train setting takes (the type rules give the rest)
+    "vllm_mode": "server", "vllm_structured_outputs_regex": "[0-9]+", "vllm_server_base_url": "http://10.0.0.2:8000",
+    "vllm_server_host": "10.0.0.2", "vllm_model_impl": "transformers", "vllm_importance_sampling_mode": "token_mask",
+    "hub_strategy": "end", "hub_revision": "main", "torch_compile_backend": "inductor", "torch_compile_mode": "default",
+    "lora_target_modules": "q_proj", "lora_target_parameters": "q_proj.weight", "lora_modules_to_save": "lm_head",
+    "lora_task_type": "CAUSAL_LM", "perturbation": "gaussian", "selection_strategy": "vepo",
+}  # fmt: skip
+SIZES = {"min_pixels": "3136", "max_pixels": "1000000"}  # a valid value together with the other's default
+
+
+def typed_value(command: str, name: str, place: Place) -> list[str]:
+    """The words after `--name` that give it a valid value (none for a flag)."""
+    if command == "train":
+        from trl import ModelConfig
+
+        from vepo_trl.config import VEPOConfig
+        from vepo_trl.train import VEPOScriptArguments
+        from vepo_trl.validation import rules_for
+
+        if name in {**TRAIN_VALUES, **SIZES}:
+            return [{**TRAIN_VALUES, **SIZES}[name]]
+        rule = rules_for(VEPOConfig, VEPOScriptArguments, ModelConfig).get(name)
+        if rule is None or rule.kind == "bool":
+            return ["true"]
+        return [str(good_number(rule))]
+    if name in SIZES:
+        return [SIZES[name]]
+    action = options(command)[name]
+    values = option_values(place, command, name, action, bad=False)
+    return [] if values is None else values[:1]
+
+
+def mode_words(command: str, deciders: tuple[str, ...], values: tuple, place: Place) -> list[str]:
+    """The command-line words that put a run in the mode where the deciders have `values`."""
+    words = []
+    for name, value in zip(deciders, values):
+        if value is None or (value is False and command != "train"):
+            continue
+        if value is True and command != "train":
+            words.append(f"--{name}")
+            continue
+        if command != "train" and option_rule(command, name).kind in PATH_KINDS:
+            value = place.good(option_rule(command, name).kind)
+        words += [f"--{name}", str(value).lower() if isinstance(value, bool) else str(value)]
+    return words
+
+
+def base_words(command: str, deciders: tuple[str, ...], place: Place, out: Path) -> list[str]:
+    model = ["--model", str(place.root / "model")]
+    if command == "train":
+        return ["--config", TINY_RECIPE, "--max_steps", "1", "--output_dir", str(out)]
+    if command == "eval":
+        return ["--benchmarks", "synthetic", "--output_dir", str(out)] + ([] if "rescore" in deciders else model)
+    if command == "inspect":
+        own_source = {"records", "image", "dataset"} & set(deciders)
+        return ([] if own_source else ["--dataset", "synthetic"]) + ([] if "records" in deciders else model)
+    if command == "analyze":
+        return ["--dataset", "synthetic", *model, "--output_dir", str(out)]
+    return {"plot": [str(place.root / "run")], "lab": ["--quick", "--output_dir", str(out)]}[command]
+
+
+@pytest.mark.parametrize(("command", "name", "reads"), [row for row in declared_reads() if row[2].deciders],
+                         ids=lambda value: value if isinstance(value, str) else "")  # fmt: skip
+def test_a_given_option_is_refused_exactly_in_the_modes_that_do_not_read_it(command, name, reads, tmp_path, capsys):
+    """T25, T27, T30-T32, E09, E10, E21, I12, I22, ...: a given setting the run never read was taken without a word.
+    For each option and the condition its declaration states, the real CLI, up to loading: given in a mode that does
+    not read it, one line naming it; in a mode that reads it, never that refusal."""
+    if command != "train" and not set(reads.deciders) <= set(options(command)):
+        return  # a shared declaration's condition over another command's option: always read here
+    place = Place(tmp_path)
+    value = typed_value(command, name, place)
+    for mode, refused in ((reads.unread, True), (reads.read, False)):
+        words = mode_words(command, reads.deciders, mode, place)
+        if name in reads.deciders:  # the option is one of its own deciders (vllm_server_base_url)
+            continue
+        argv = [command, *base_words(command, reads.deciders, place, tmp_path / "out"), *words, f"--{name}", *value]
+        code, err = run(argv, capsys)
+        assert "Traceback" not in err, (argv, err)
+        if refused:
+            assert_one_error_line(code, err, command, f"--{name} ")
+            assert "never reads it" in err, (argv, err)
+        else:
+            assert "never reads it" not in err, (argv, err)
 
 
 # -- Files a command reads ---------------------------------------------------------------------------------------------

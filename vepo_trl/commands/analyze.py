@@ -8,7 +8,7 @@ import argparse
 from dataclasses import dataclass
 
 from ..options import option, parser_for
-from ..validation import OUT_FILE, TEXT, Rule, at_least, path_rule, whole
+from ..validation import ALWAYS, OUT_FILE, TEXT, Rule, at_least, path_rule, whole
 from .insight_options import ModelOptions, ResponseOptions, SettingsOptions
 
 
@@ -26,20 +26,22 @@ Example:
 
 @dataclass
 class AnalyzeData:
-    dataset: str | None = option(None, "Data set name or local file (synthetic generates rows).", rule=TEXT,
+    dataset: str | None = option(None, "Data set name or local file (synthetic generates rows).", reads=ALWAYS, rule=TEXT,
                                  group="data", required=True)  # fmt: skip
-    split: str = option("train", "", rule=TEXT, group="data")
+    split: str = option("train", "", reads=ALWAYS, rule=TEXT, group="data")
     limit: int = option(32, "Prompts to analyse (the first N rows). Default 32.", group="data",
-                        rule=whole(at_least(1), "a whole number >= 1"))  # fmt: skip
+                        reads=ALWAYS, rule=whole(at_least(1), "a whole number >= 1"))  # fmt: skip
 
 
 @dataclass
 class AnalyzeOptions(ResponseOptions, SettingsOptions, ModelOptions, AnalyzeData):
     ratios: list[float] = option([0.1, 0.2, 0.4, 0.8], "The k values. Default 0.1 0.2 0.4 0.8.",
-                                 rule=Rule("numbers", "fractions in (0, 1]", lambda v: 0 < v <= 1))  # fmt: skip
-    output_dir: str = option("vepo-analysis", "", rule=path_rule("out_folder", "a folder that can be written", False))
+                                 reads=ALWAYS, rule=Rule("numbers", "fractions in (0, 1]", lambda v: 0 < v <= 1))  # fmt: skip
+    output_dir: str = option(
+        "vepo-analysis", "", reads=ALWAYS, rule=path_rule("out_folder", "a folder that can be written", False)
+    )
     save_records: str | None = option(None, "Also save every response's selection records (JSON Lines) here.",
-                                      rule=OUT_FILE)  # fmt: skip
+                                      reads=ALWAYS, rule=OUT_FILE)  # fmt: skip
 
 
 def make_parser() -> argparse.ArgumentParser:

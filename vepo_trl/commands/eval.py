@@ -10,11 +10,16 @@ from typing import Any
 from ..eval.names import BENCHMARK_NAMES, PROTOCOL_HELP, PROTOCOLS
 from ..options import option, parser_for
 from ..validation import (
+    ALWAYS,
     FLAG,
+    GENERATES,
+    JUDGED,
     MODEL,
     OUT_FOLDER,
+    PUSHES,
     RANGES,
     TEXT,
+    VLLM_ENGINE,
     above,
     at_least,
     between,
@@ -32,77 +37,77 @@ PAPER_MODELS = ("Qwen2.5-VL-3B-Instruct", "Qwen2.5-VL-7B-Instruct")
 class EvalOptions:
     # model
     model: str | None = option(None, "Model folder or Hub id (a PEFT adapter folder works too); required unless "
-                               "--rescore.", rule=MODEL, group="model")  # fmt: skip
+                               "--rescore.", reads=GENERATES, rule=MODEL, group="model")  # fmt: skip
     adapter: str | None = option(None, "LoRA adapter folder applied on top of --model.", group="model",
-                                 rule=path_rule("in_folder", "a LoRA adapter folder that exists"))  # fmt: skip
-    base_model: str | None = option(None, "Base model of an adapter (default: its adapter_config).", rule=MODEL,
+                                 reads=GENERATES, rule=path_rule("in_folder", "a LoRA adapter folder that exists"))  # fmt: skip
+    base_model: str | None = option(None, "Base model of an adapter (default: its adapter_config).", reads=GENERATES, rule=MODEL,
                                     group="model")  # fmt: skip
-    dtype: str = option("auto", "Weights dtype.", rule=names("auto", "bfloat16", "float16", "float32"), group="model",
+    dtype: str = option("auto", "Weights dtype.", reads=GENERATES, rule=names("auto", "bfloat16", "float16", "float32"), group="model",
                         choices=("auto", "bfloat16", "float16", "float32"))  # fmt: skip
     # data
     benchmarks: str = option("all", f"Comma-separated: {', '.join(BENCHMARK_NAMES)}; 'all' = the seven of the "
-                             "paper's Table 1.", rule=TEXT, group="data")  # fmt: skip
+                             "paper's Table 1.", reads=ALWAYS, rule=TEXT, group="data")  # fmt: skip
     data_dir: str | None = option(None, "Folder with local copies, one sub-folder per benchmark (Hub parquet layout "
                                   "or NoisyRollout's eval_data).", group="data",
-                                  rule=path_rule("in_folder", "a folder of benchmark copies, one sub-folder per "
+                                  reads=ALWAYS, rule=path_rule("in_folder", "a folder of benchmark copies, one sub-folder per "
                                                  "benchmark"))  # fmt: skip
     limit: int | None = option(None, "Evaluate only the first N examples of each benchmark (a partial run: no "
                                "average).", group="data",
-                               rule=whole(at_least(1), "a whole number >= 1, or unset for every row", True))  # fmt: skip
-    min_pixels: int = option(262_144, "Images are resized to at least this many pixels.", rule=RANGES["min_pixels"],
+                               reads=ALWAYS, rule=whole(at_least(1), "a whole number >= 1, or unset for every row", True))  # fmt: skip
+    min_pixels: int = option(262_144, "Images are resized to at least this many pixels.", reads=GENERATES, rule=RANGES["min_pixels"],
                              group="data")  # fmt: skip
-    max_pixels: int = option(1_000_000, "Images are resized to at most this many pixels.", rule=RANGES["max_pixels"],
+    max_pixels: int = option(1_000_000, "Images are resized to at most this many pixels.", reads=GENERATES, rule=RANGES["max_pixels"],
                              group="data")  # fmt: skip
     # generation
-    max_new_tokens: int = option(2048, "", rule=whole(at_least(1), "a whole number of tokens >= 1"),
+    max_new_tokens: int = option(2048, "", reads=GENERATES, rule=whole(at_least(1), "a whole number of tokens >= 1"),
                                  group="generation")  # fmt: skip
     backend: str = option("auto", "auto: vLLM when installed and running as one process, else transformers.",
-                          rule=names("auto", "vllm", "transformers"), group="generation",
+                          reads=GENERATES, rule=names("auto", "vllm", "transformers"), group="generation",
                           choices=("auto", "vllm", "transformers"))  # fmt: skip
     batch_size: int | None = option(None, "Prompts per generate call (8; vLLM: 256).", group="generation",
-                                    rule=whole(at_least(1), "a whole number >= 1", True))  # fmt: skip
+                                    reads=GENERATES, rule=whole(at_least(1), "a whole number >= 1", True))  # fmt: skip
     max_model_len: int | None = option(None, "vLLM context length (default: the model's).", group="generation",
-                                       rule=whole(at_least(1), "a whole number of tokens >= 1, or unset", True))  # fmt: skip
+                                       reads=VLLM_ENGINE, rule=whole(at_least(1), "a whole number of tokens >= 1, or unset", True))  # fmt: skip
     gpu_memory_utilization: float | None = option(
         None, "vLLM: the share of GPU memory the engine may take, in (0, 1] (default: vLLM's 0.9); lower it when "
         "other processes hold memory.", group="generation",
-        rule=number(between(0, 1, low_open=True), "in (0, 1], or unset (vLLM's 0.9)", True))  # fmt: skip
+        reads=VLLM_ENGINE, rule=number(between(0, 1, low_open=True), "in (0, 1], or unset (vLLM's 0.9)", True))  # fmt: skip
     tensor_parallel_size: int | None = option(
         None, "vLLM tensor parallelism (default: the most visible GPUs that divide the model's attention heads, e.g. "
         "4 of 8 for the 7B's 28 heads).", group="generation",
-        rule=whole(at_least(1), "a whole number of GPUs >= 1, or unset", True))  # fmt: skip
+        reads=VLLM_ENGINE, rule=whole(at_least(1), "a whole number of GPUs >= 1, or unset", True))  # fmt: skip
     # grading
     protocol: str = option("paper", "; ".join(f"{name}: {text}" for name, text in PROTOCOL_HELP.items()) + ".",
-                           rule=names(*PROTOCOLS), group="grading", choices=PROTOCOLS)  # fmt: skip
+                           reads=ALWAYS, rule=names(*PROTOCOLS), group="grading", choices=PROTOCOLS)  # fmt: skip
     rescore: str | None = option(None, "Grade the completions stored in DIR again under --protocol (no model, no "
                                  "generation); every protocol's verdicts are kept per record.", group="grading",
-                                 metavar="DIR", rule=path_rule("in_folder", "an eval results folder that exists"))  # fmt: skip
+                                 metavar="DIR", reads=ALWAYS, rule=path_rule("in_folder", "an eval results folder that exists"))  # fmt: skip
     judge_model: str = option("gpt-4o-mini", "Judge of MathVerse, MathVision, MathVista, We-Math and MMK12 (the "
-                              "paper's: gpt-4o-mini).", rule=TEXT, group="grading")  # fmt: skip
+                              "paper's: gpt-4o-mini).", reads=JUDGED, rule=TEXT, group="grading")  # fmt: skip
     judge_base_url: str | None = option(None, "OpenAI-compatible endpoint (default: OpenAI's).", group="grading",
-                                        rule=path_rule("url", "an http:// or https:// address"))  # fmt: skip
-    judge_api_key_env: str = option("OPENAI_API_KEY", "Environment variable holding the key.", rule=TEXT,
+                                        reads=JUDGED, rule=path_rule("url", "an http:// or https:// address"))  # fmt: skip
+    judge_api_key_env: str = option("OPENAI_API_KEY", "Environment variable holding the key.", reads=JUDGED, rule=TEXT,
                                     group="grading")  # fmt: skip
-    judge_timeout: float = option(60.0, "Seconds per judge request.", rule=number(above(0), "above 0 seconds"),
+    judge_timeout: float = option(60.0, "Seconds per judge request.", reads=JUDGED, rule=number(above(0), "above 0 seconds"),
                                   group="grading")  # fmt: skip
     judge_max_retries: int = option(3, "Retries on timeouts, 429 and 5xx.", group="grading",
-                                    rule=whole(at_least(0), "a whole number >= 0 (0: no retries)"))  # fmt: skip
+                                    reads=JUDGED, rule=whole(at_least(0), "a whole number >= 0 (0: no retries)"))  # fmt: skip
     judge_workers: int = option(8, "Concurrent judge requests.", group="grading",
-                                rule=whole(at_least(1), "a whole number >= 1 (concurrent judge requests)"))  # fmt: skip
+                                reads=JUDGED, rule=whole(at_least(1), "a whole number >= 1 (concurrent judge requests)"))  # fmt: skip
     # output
-    output_dir: str | None = option(None, "Results folder (default: eval-<model folder name>).", rule=OUT_FOLDER,
+    output_dir: str | None = option(None, "Results folder (default: eval-<model folder name>).", reads=ALWAYS, rule=OUT_FOLDER,
                                     group="output")  # fmt: skip
     paper_model: str | None = option(None, "Paper rows to show beside the results (default: guessed from the model "
-                                     "name).", rule=names(*PAPER_MODELS), group="output", choices=PAPER_MODELS)  # fmt: skip
+                                     "name).", reads=ALWAYS, rule=names(*PAPER_MODELS), group="output", choices=PAPER_MODELS)  # fmt: skip
     # model card and Hub
     no_model_card: bool = option(False, "Leave the model folder's README.md as it is (by default the complete "
                                  "results are written into it as `model-index` metadata, the Hub's evaluation-results "
-                                 "format).", rule=FLAG, group="model card and Hub")  # fmt: skip
-    push_to_hub: bool = option(False, "Push the card with the results to --hub_model_id.", rule=FLAG,
+                                 "format).", reads=ALWAYS, rule=FLAG, group="model card and Hub")  # fmt: skip
+    push_to_hub: bool = option(False, "Push the card with the results to --hub_model_id.", reads=ALWAYS, rule=FLAG,
                                group="model card and Hub")  # fmt: skip
-    hub_model_id: str | None = option(None, "The Hub repo of the model (owner/name), for --push_to_hub.", rule=TEXT,
+    hub_model_id: str | None = option(None, "The Hub repo of the model (owner/name), for --push_to_hub.", reads=PUSHES, rule=TEXT,
                                       group="model card and Hub")  # fmt: skip
-    hub_token: str | None = option(None, "Hub token (default: the logged-in one, or HF_TOKEN).", rule=TEXT,
+    hub_token: str | None = option(None, "Hub token (default: the logged-in one, or HF_TOKEN).", reads=PUSHES, rule=TEXT,
                                    group="model card and Hub")  # fmt: skip
 
 

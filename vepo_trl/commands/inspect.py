@@ -9,7 +9,19 @@ from dataclasses import dataclass
 
 from ..insight.inspect_command import DEFAULT_PAGE
 from ..options import option, parser_for
-from ..validation import OUT_FILE, RANGES, TEXT, at_least, optional, path_rule, whole
+from ..validation import (
+    ALWAYS,
+    DATA_ROW,
+    OUT_FILE,
+    OWN_PROMPT,
+    RANGES,
+    RUNS_MODEL,
+    TEXT,
+    at_least,
+    optional,
+    path_rule,
+    whole,
+)
 from .insight_options import SETTINGS, ModelOptions, ResponseOptions, SettingsOptions
 
 
@@ -29,36 +41,38 @@ Examples:
 
 @dataclass
 class InspectSource:
-    image: str | None = option(None, "Image file of the prompt.", rule=path_rule("in_file", "an image file that exists"),
+    image: str | None = option(None, "Image file of the prompt.", reads=ALWAYS, rule=path_rule("in_file", "an image file that exists"),
                                group="source")  # fmt: skip
     question: str | None = option(None, "The question (an <image> placeholder marks where the image goes).",
-                                  rule=TEXT, group="source")  # fmt: skip
-    answer: str | None = option(None, "Reference answer: the page then shows each completion's reward.", rule=TEXT,
+                                  reads=OWN_PROMPT, rule=TEXT, group="source")  # fmt: skip
+    answer: str | None = option(None, "Reference answer: the page then shows each completion's reward.", reads=ALWAYS, rule=TEXT,
                                 group="source")  # fmt: skip
-    dataset: str | None = option(None, "Data set name or local file; the row's answer gives the rewards.", rule=TEXT,
+    dataset: str | None = option(None, "Data set name or local file; the row's answer gives the rewards.", reads=ALWAYS, rule=TEXT,
                                  group="source")  # fmt: skip
-    split: str = option("train", "", rule=TEXT, group="source")
+    split: str = option("train", "", reads=DATA_ROW, rule=TEXT, group="source")
     index: int | None = option(None, "Row of --dataset. Default 0.", group="source",
-                               rule=whole(at_least(0), "a whole row number >= 0", True))  # fmt: skip
+                               reads=DATA_ROW, rule=whole(at_least(0), "a whole row number >= 0", True))  # fmt: skip
     records: str | None = option(None, "Render saved selection records (JSON Lines) instead of running a model.",
-                                 rule=path_rule("in_file", "a selection-records file (JSON Lines) that exists"),
+                                 reads=ALWAYS, rule=path_rule("in_file", "a selection-records file (JSON Lines) that exists"),
                                  group="source")  # fmt: skip
-    response: list[str] | None = option(None, "Score this response instead of sampling (repeatable).", rule=TEXT,
+    response: list[str] | None = option(None, "Score this response instead of sampling (repeatable).", reads=ALWAYS, rule=TEXT,
                                         group="source", repeatable=True)  # fmt: skip
 
 
 @dataclass
 class InspectOptions(ResponseOptions, SettingsOptions, ModelOptions, InspectSource):
     k: float | None = option(None, "k: fraction of each response kept. Default 0.2.",
-                             rule=optional(RANGES["selection_ratio"]), group=SETTINGS)  # fmt: skip
-    reward_funcs: list[str] = option(["accuracy", "format"], "", rule=TEXT, group="rewards")
-    reward_weights: list[float] = option([0.9, 0.1], "", rule=RANGES["reward_weights"], group="rewards")
+                             reads=RUNS_MODEL, rule=optional(RANGES["selection_ratio"]), group=SETTINGS)  # fmt: skip
+    reward_funcs: list[str] = option(["accuracy", "format"], "", reads=RUNS_MODEL, rule=TEXT, group="rewards")
+    reward_weights: list[float] = option(
+        [0.9, 0.1], "", reads=RUNS_MODEL, rule=RANGES["reward_weights"], group="rewards"
+    )
     output: str | None = option(
         None, f"The HTML page to write (default: {DEFAULT_PAGE}, or {DEFAULT_PAGE.replace('.html', '-2.html')}, ... "
-        "when an earlier page has that name: a page is replaced only when named).", rule=OUT_FILE, group="output")  # fmt: skip
-    save_records: str | None = option(None, "Also save the selection records (JSON Lines) here.", rule=OUT_FILE,
+        "when an earlier page has that name: a page is replaced only when named).", reads=ALWAYS, rule=OUT_FILE, group="output")  # fmt: skip
+    save_records: str | None = option(None, "Also save the selection records (JSON Lines) here.", reads=ALWAYS, rule=OUT_FILE,
                                       group="output")  # fmt: skip
-    title: str | None = option(None, "", rule=TEXT, group="output")
+    title: str | None = option(None, "", reads=ALWAYS, rule=TEXT, group="output")
 
 
 def make_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ..builtin.lab_tasks import DEFAULT_TASK, TASKS
 from ..errors import UsageError, fail
 from ..options import option, parser_for
-from ..validation import FLAG, TEXT, above, at_least, number, path_rule, whole
+from ..validation import ALWAYS, FLAG, TEXT, above, at_least, number, path_rule, whole
 
 
 MAX_SEED = 9000
@@ -31,40 +31,42 @@ LAB_HELP = (
 class LabOptions:
     task: str | None = option(None, f"Lab task (default: {DEFAULT_TASK}). "
                               + "; ".join(f"{task.name}: {task.description}" for task in TASKS.values()) + ".",
-                              rule=TEXT)  # fmt: skip
+                              reads=ALWAYS, rule=TEXT)  # fmt: skip
     strategies: str | None = option(
         None, "Rules to compare, comma-separated: a strategy from `vepo-trl strategies`, optionally with its k after a "
         "colon (vepo:0.4); a bare name uses k = 0.2 (default: the task's, e.g. "
-        "full,entropy:0.2,vepo:0.2,random:0.2,entropy:0.4,vepo:0.4).", rule=TEXT)  # fmt: skip
-    seeds: str | None = option(None, "Seeds, comma-separated (default: the task's, 0-13 for squares).", rule=TEXT)
+        "full,entropy:0.2,vepo:0.2,random:0.2,entropy:0.4,vepo:0.4).", reads=ALWAYS, rule=TEXT)  # fmt: skip
+    seeds: str | None = option(
+        None, "Seeds, comma-separated (default: the task's, 0-13 for squares).", reads=ALWAYS, rule=TEXT
+    )
     learning_rates: str | None = option(
         None, "Per-rule learning rates, e.g. full=3e-4,vepo:0.2=6e-4, on top of the task's (from its sweep); a rule "
-        "with neither uses --learning_rate.", rule=TEXT)  # fmt: skip
+        "with neither uses --learning_rate.", reads=ALWAYS, rule=TEXT)  # fmt: skip
     sweep: str | None = option(
         None, "Instead of the lab: run every rule at each of these learning rates (comma-separated) over --seeds, "
-        "score them on validation rows, and write sweep.md/sweep.json with each rule's best.", rule=TEXT,
+        "score them on validation rows, and write sweep.md/sweep.json with each rule's best.", reads=ALWAYS, rule=TEXT,
         metavar="LRS")  # fmt: skip
     quick: bool = option(False, "A CI-sized lab: a briefly trained warm start and full + vepo for a few steps, one "
-                         "seed (under 3 minutes).", rule=FLAG)  # fmt: skip
+                         "seed (under 3 minutes).", reads=ALWAYS, rule=FLAG)  # fmt: skip
     output_dir: str = option("vepo-lab", "Where lab.md, lab.json, lab_curves.png and runs/ go (default: vepo-lab). "
                              "Finished runs in it are reused.",
-                             rule=path_rule("out_folder", "a folder that can be written", False))  # fmt: skip
+                             reads=ALWAYS, rule=path_rule("out_folder", "a folder that can be written", False))  # fmt: skip
     steps: int | None = option(None, "RL steps per run (default: the task's, 40 for squares).",
-                               rule=whole(at_least(1), "a whole number of steps >= 1", True))  # fmt: skip
+                               reads=ALWAYS, rule=whole(at_least(1), "a whole number of steps >= 1", True))  # fmt: skip
     max_minutes: float | None = option(None, "Wall-time limit per run (default: 5).",
-                                       rule=number(above(0), "above 0 minutes, or unset", True))  # fmt: skip
+                                       reads=ALWAYS, rule=number(above(0), "above 0 minutes, or unset", True))  # fmt: skip
     learning_rate: float | None = option(
         None, "RL learning rate of rules without their own (default: 3e-4).",
-        rule=number(above(0), "above 0 (a lab run that learns nothing compares nothing), or unset", True))  # fmt: skip
+        reads=ALWAYS, rule=number(above(0), "above 0 (a lab run that learns nothing compares nothing), or unset", True))  # fmt: skip
     eval_rows: int | None = option(None, "Held-out rows for accuracy (default: the task's, 400 for squares).",
-                                   rule=whole(at_least(1), "a whole number >= 1, or unset", True))  # fmt: skip
+                                   reads=ALWAYS, rule=whole(at_least(1), "a whole number >= 1, or unset", True))  # fmt: skip
     build_warm_start: bool = option(False, "Only build (or find) the cached warm start and print its path and "
-                                    "held-out accuracy.", rule=FLAG)  # fmt: skip
+                                    "held-out accuracy.", reads=ALWAYS, rule=FLAG)  # fmt: skip
     jobs: int = option(1, "Runs in parallel, one thread each (default: 1).",
-                       rule=whole(at_least(1), "a whole number >= 1 (runs at once)"))  # fmt: skip
+                       reads=ALWAYS, rule=whole(at_least(1), "a whole number >= 1 (runs at once)"))  # fmt: skip
     overwrite_output_dir: bool = option(
         False, "Start fresh in an output_dir whose lab used other settings (steps, learning rate, ...): its runs are "
-        "recomputed instead of reused. Without it such a folder is refused.", rule=FLAG)  # fmt: skip
+        "recomputed instead of reused. Without it such a folder is refused.", reads=ALWAYS, rule=FLAG)  # fmt: skip
 
 
 def make_parser() -> argparse.ArgumentParser:

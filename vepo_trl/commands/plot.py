@@ -8,7 +8,7 @@ import argparse
 from dataclasses import dataclass
 
 from ..options import option, parser_for
-from ..validation import OUT_FOLDER, TEXT, between, path_rule, whole
+from ..validation import ALWAYS, OUT_FOLDER, TEXT, between, path_rule, whole
 
 
 PLOT_HELP = """PNG plots of one or several training runs, overlaid: reward and accuracy, selected-token statistics, JSD
@@ -26,12 +26,14 @@ Examples:
 @dataclass
 class PlotOptions:
     runs: list[str] = option([], "Run folders or log files.", positional=True, metavar="RUN_DIR",
-                             rule=path_rule("in_path", "run folders or log files that exist", False))  # fmt: skip
-    labels: list[str] | None = option(None, "One name per run (default: the folder names).", rule=TEXT)
+                             reads=ALWAYS, rule=path_rule("in_path", "run folders or log files that exist", False))  # fmt: skip
+    labels: list[str] | None = option(None, "One name per run (default: the folder names).", reads=ALWAYS, rule=TEXT)
     output_dir: str | None = option(None, "Where the PNGs go (default: RUN_DIR/plots of the first run).",
-                                    rule=OUT_FOLDER)  # fmt: skip
+                                    reads=ALWAYS, rule=OUT_FOLDER)  # fmt: skip
     # 100,000 dpi asks matplotlib for a canvas of terabytes
-    dpi: int = option(100, "", rule=whole(between(20, 1200), "a whole number of dots per inch in 20..1200"))
+    dpi: int = option(
+        100, "", reads=ALWAYS, rule=whole(between(20, 1200), "a whole number of dots per inch in 20..1200")
+    )
 
 
 def make_parser() -> argparse.ArgumentParser:

@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 from ..errors import UsageError, check_output_folder, fail
+from ..options import flag_name
 
 
 DEMO_RECIPE = "recipes/tiny.yaml"
@@ -100,7 +101,7 @@ def _split_equals(argv: list[str], *flags: str) -> list[str]:
 
 def _given(argv: list[str], recipe: dict | None) -> set[str]:
     """The option names the command line and the recipe set (what `check_nothing_ignored` holds to account)."""
-    flags = {arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--") and len(arg) > 2}
+    flags = {flag_name(arg) for arg in argv if arg.startswith("--") and len(arg) > 2}
     return flags | set(recipe or {})
 
 
@@ -147,7 +148,7 @@ def _parse(command: str, argv: list[str]):
     except ValueError as error:
         _fail(command, str(error))
     from ..preflight import check_arguments
-    from ..train import make_parser
+    from ..train import CHECKED, make_parser
 
     _save_field_rules()  # before the parser rewrites the dataclasses' field types in place
     parser = make_parser()
@@ -199,6 +200,7 @@ def _parse(command: str, argv: list[str]):
             warnings.simplefilter("ignore", FutureWarning)
             args = parser.parse_args_and_config(argv)
         check_arguments(*args, given=_given(argv, recipe), typed=_given(argv, None))
+        CHECKED[id(args[1])] = args[1]  # once: `train.main` takes them as checked
     except (ValueError, TypeError) as error:
         _fail(command, " ".join(str(error).split()))
     return args

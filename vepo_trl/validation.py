@@ -580,14 +580,17 @@ def registry_reads(name: str, deciders: tuple[str, str, str], read: tuple) -> Re
     in a run that reads it."""
 
     def run(strategy, perturbation, third):
+        annealing = _true(third) if deciders[2] == "noise_annealing" else False
+        strategy, perturbation = strategy or "vepo", perturbation or "diffusion"
+        saved = (early_declared() or {}).get("unread", {}).get(f"{strategy}|{perturbation}|{annealing}")
+        if saved is not None:  # the registries as a full parse saved them: no torch import
+            return saved.get(name)
         from types import SimpleNamespace
 
         from .config import unread_settings
 
-        annealing = third if deciders[2] == "noise_annealing" else False
-        settings = SimpleNamespace(selection_strategy=strategy or "vepo", perturbation=perturbation or "diffusion",
-                                   noise_annealing=_true(annealing))  # fmt: skip
-        return unread_settings(settings).get(name)
+        run = SimpleNamespace(selection_strategy=strategy, perturbation=perturbation, noise_annealing=annealing)
+        return unread_settings(run).get(name)
 
     def test(strategy, perturbation, third):
         if deciders[2] == "config" and third is not None and (strategy is None or perturbation is None):
@@ -959,6 +962,55 @@ def precheck(argv: list[str], recipe: Mapping | None, rules: Mapping[str, Rule])
     check_values({**given, **converted}, rules, early=True)
 
 
+def precheck_declared(argv: list[str], recipe: Mapping | None, command: str) -> None:
+    """`train`'s refusals that need TRL's declarations, from what a full parse saved (`early_declared`): an option
+    it does not take, a reward name it does not know, a whole number given as other text, a given setting the run
+    will not read. Before TRL, transformers or torch is imported; silent until the first full parse has saved them."""
+    from .errors import UsageError
+    from .options import flag_name
+
+    declared = early_declared()
+    if declared is None:
+        return
+    options = {*declared["options"], "config", "help_all"}
+    for word in argv[: argv.index("--")] if "--" in argv else argv:
+        if word.startswith("--") and len(word) > 2 and flag_name(word) not in options:
+            raise UsageError(f"unrecognized arguments: {word.split('=', 1)[0]} (not an option of vepo-trl {command}; "
+                             f"vepo-trl {command} --help-all lists them).")  # fmt: skip
+    unknown = [key for key in recipe or {} if key not in options and key != "env"]
+    if unknown:
+        raise UsageError(f"--config: {unknown[0]!r} is not an option of vepo-trl {command}; vepo-trl {command} "
+                         "--help-all lists them.")  # fmt: skip
+    text = {name: Rule("text", "") for name in options}
+    given_values = values_from(argv, recipe, text)
+    funcs = given_values.get("reward_funcs")
+    if funcs is not None:
+        unknown = [name for name in _as_list(funcs) if name not in declared["rewards"]]
+        if unknown:
+            raise UsageError(f"reward_funcs: Unknown reward function(s) {unknown}. Valid names are: "
+                             f"{sorted(declared['rewards'])}.")  # fmt: skip
+    saved_rules = _saved().get("rules", {})
+    for name, value in values_from(argv, None, text).items():  # typed: TRL's parser takes int("...") only
+        if saved_rules.get(name, {}).get("kind") == "whole" or RANGES.get(name, Rule("", "")).kind == "whole":
+            try:
+                int(value)
+            except (TypeError, ValueError):
+                if str(value).strip().lower() not in ("none", "null"):
+                    valid = (RANGES.get(name) or Rule("", saved_rules[name]["valid"])).valid
+                    raise UsageError(f"--{name} {value!r}: text, must be {valid}.") from None
+    typed = {flag_name(word) for word in argv if word.startswith("--") and len(word) > 2}
+    given = typed | set(recipe or {})
+    values = {**declared["defaults"], **given_values}
+    for name, value in given_values.items():  # a list, a mapping or null is the full parse's to say (its type)
+        if value is None or isinstance(value, (list, tuple, Mapping)) and name != "reward_funcs":
+            values.pop(name)
+    table = {name: reads for name, reads in TRAIN_READS.items()}
+    deciders = ("selection_strategy", "perturbation", "noise_annealing")
+    for name in {n for entry in declared["unread"].values() for n in entry}:
+        table[name] = registry_reads(name, deciders, ())
+    check_read(table, values, given, typed)
+
+
 def _yaml_forms(annotation) -> set[str] | None:
     """The YAML forms a field's declared type takes: "text", "number", "bool", "list", "mapping", "null", and "object"
     for a class with no YAML form (`ParallelismConfig`). None where the annotation did not resolve."""
@@ -1092,8 +1144,10 @@ def _type_rules_file():
     return cache_root() / f"field-rules-{key}.json"
 
 
-def save_type_rules(rules: Mapping[str, Rule]) -> None:
-    """Write the rules `RANGES` does not hold (their kind, whether unset passes, the choices) for `early_rules`."""
+def save_type_rules(rules: Mapping[str, Rule], declared: Mapping[str, object] | None = None) -> None:
+    """Write the rules `RANGES` does not hold (their kind, whether unset passes, the choices) for `early_rules`, and
+    what else the early check reads (`early_declared`): every option's name, the defaults of the settings that decide
+    whether another is read, the registries' reads and the reward names."""
     import json
     import os
 
@@ -1111,22 +1165,35 @@ def save_type_rules(rules: Mapping[str, Rule]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(table, sort_keys=True))
+        temporary.write_text(json.dumps({"rules": table, "declared": dict(declared or {})}, sort_keys=True))
         temporary.replace(path)
-    except OSError:  # a read-only cache: the early check stays on RANGES
+    except (OSError, TypeError, ValueError):  # a read-only cache, a default JSON cannot hold: the early check is less
         pass
 
 
-def early_rules() -> dict[str, Rule]:
-    """`RANGES` plus the saved type-derived rules, where a full parse has saved them for these versions."""
+def _saved() -> dict:
     import json
 
-    rules = dict(RANGES)
     path = _type_rules_file()
     try:
         saved = json.loads(path.read_text()) if path is not None and path.is_file() else {}
     except (OSError, ValueError):
         saved = {}
+    return saved if isinstance(saved, dict) else {}
+
+
+def early_declared() -> dict | None:
+    """What a full parse saved for these versions (`save_type_rules`): "options" (every name train takes),
+    "defaults" (of the settings that decide another's reading), "unread" (per "strategy|perturbation|annealing", the
+    registry settings unread and why), "rewards" (the reward names). None before the first full parse."""
+    return _saved().get("declared") or None
+
+
+def early_rules() -> dict[str, Rule]:
+    """`RANGES` plus the saved type-derived rules, where a full parse has saved them for these versions."""
+
+    rules = dict(RANGES)
+    saved = _saved().get("rules", {})
     for name, entry in saved.items():
         names = tuple(entry.get("choices") or ())
         if name in RANGES and names:  # a registry's names as saved: the early check needs no torch import

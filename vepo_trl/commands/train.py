@@ -133,10 +133,11 @@ def _parse(command: str, argv: list[str]):
         _print_short_help(command)
         sys.exit(0)
     # The values the recipe and the command line give, against their rules, before torch and TRL are even imported
-    from ..validation import OUT_FOLDER, early_rules, precheck, values_from
+    from ..validation import OUT_FOLDER, early_rules, precheck, precheck_declared, values_from
 
     try:
         precheck(argv, recipe, early_rules())
+        precheck_declared(argv, recipe, command)
         # The folder the run writes, through the same check as every command's (before TRL is imported)
         folder = values_from(argv, recipe, {"output_dir": OUT_FOLDER}).get("output_dir")
         if folder is not None:
@@ -226,14 +227,37 @@ def _recipe_copy(recipe: dict) -> str:
 
 
 def _save_field_rules() -> None:
-    """The type-derived rules for the next command's early check (`validation.early_rules`)."""
+    """The type-derived rules and the declarations for the next command's early check (`validation.early_rules`,
+    `validation.precheck_declared`)."""
+    from types import SimpleNamespace
+
     from trl import ModelConfig
 
-    from ..config import VEPOConfig
+    from ..config import VEPOConfig, settings_reads, unread_settings
+    from ..perturb import PERTURBATIONS
+    from ..rewards import REWARD_FUNCS
+    from ..scoring import SELECTION_STRATEGIES
     from ..train import VEPOScriptArguments
     from ..validation import rules_for, save_type_rules
 
-    save_type_rules(rules_for(VEPOConfig, VEPOScriptArguments, ModelConfig))
+    classes = (VEPOScriptArguments, VEPOConfig, ModelConfig)
+    fields = {f.name: f for cls in classes for f in dataclasses.fields(cls) if f.init}
+    deciders = {name for reads in settings_reads().values() for name in reads.deciders}
+    defaults = {}
+    for name in deciders & set(fields):
+        field = fields[name]
+        default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+        defaults[name] = getattr(default, "value", default)
+    unread = {
+        f"{strategy}|{perturbation}|{annealing}": unread_settings(
+            SimpleNamespace(selection_strategy=strategy, perturbation=perturbation, noise_annealing=annealing)
+        )
+        for strategy in SELECTION_STRATEGIES
+        for perturbation in PERTURBATIONS
+        for annealing in (True, False)
+    }
+    declared = {"options": sorted(fields), "defaults": defaults, "unread": unread, "rewards": sorted(REWARD_FUNCS)}
+    save_type_rules(rules_for(*classes), declared)
 
 
 def _run(command: str, args) -> object:

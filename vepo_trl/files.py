@@ -14,6 +14,108 @@ from typing import Any
 from .errors import UsageError
 
 
+# The data loader's accepted column names, preferred first (`data.loaders` resolves columns with them). `prompt` last:
+# TRL's own column, plain text or a conversation (`[{"role": "user", "content": [...]}]`)
+PROBLEM_COLUMNS = ("problem", "question", "query", "prompt")
+ANSWER_COLUMNS = ("answer", "ground_truth", "gt_answer", "final_answer")
+IMAGE_COLUMNS = ("images", "image", "image_paths", "image_path")
+ID_COLUMNS = ("id", "pid", "question_id", "problem_id")
+# What a compressed file's first bytes are (`datasets` reads these compressions as they are)
+_MAGIC = {
+    ".gz": b"\x1f\x8b",
+    ".bz2": b"BZh",
+    ".xz": b"\xfd7zXZ\x00",
+    ".zst": b"\x28\xb5\x2f\xfd",
+    ".lz4": b"\x04\x22\x4d\x18",
+}
+# An image's bytes as base64 text begin so (PNG, JPEG, GIF, WebP, BMP)
+_BASE64_IMAGES = ("iVBORw0KGgo", "/9j/", "R0lGOD", "UklGR", "Qk")
+ROWS_CHECKED = 1000  # the first rows a data file's format and schema are checked on, before anything is decoded
+
+
+def _opener(path: Path):
+    """`open` for the file's compression (by its suffix), after checking its first bytes are that compression."""
+    suffix = path.suffix.lower()
+    if suffix not in _MAGIC:
+        return lambda: open(path, encoding="utf-8")
+    with open(path, "rb") as file:
+        head = file.read(len(_MAGIC[suffix]))
+    if head and head != _MAGIC[suffix]:
+        raise UsageError(f"cannot read {path}: its name ends in {suffix}, and it is not {suffix[1:]}-compressed "
+                         f"(it begins {head[:8]!r}); rename it without {suffix}, or compress it.")  # fmt: skip
+    import importlib
+
+    module = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}.get(suffix)
+    if module is None:  # .zst / .lz4: `datasets` reads them with packages of their own
+        return None
+    return lambda: importlib.import_module(module).open(path, "rt", encoding="utf-8")
+
+
+def _object_once(pairs):
+    seen = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise ValueError(f"the key {key!r} is given twice in one row")
+        seen.add(key)
+    return dict(pairs)
+
+
+def _roles(row: dict) -> tuple[str | None, ...]:
+    """The columns of a row the loader would take for the problem, the answer and the images."""
+    return tuple(next((name for name in names if name in row), None)
+                 for names in (PROBLEM_COLUMNS, ANSWER_COLUMNS, IMAGE_COLUMNS))  # fmt: skip
+
+
+def check_data_rows(path: str | Path) -> None:
+    """A JSON Lines file of training or evaluation rows (compressed or not), from its first `ROWS_CHECKED` rows and
+    before any image is decoded: its compression is what its name says; each row is one JSON object without a key
+    given twice; every row names its problem, answer and images with the same keys (not two schemas mixed); the
+    problem is text; an image given as base64 text carries its `data:image/...;base64,` prefix. A `UsageError`
+    naming the file, the row and the fix; nothing for other formats (`datasets` checks those as it reads)."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        return
+    opener = _opener(path)  # any format: a compression suffix on a file that is not so compressed
+    if opener is None or ".jsonl" not in [suffix.lower() for suffix in path.suffixes][-2:]:
+        return
+    first: tuple[int, tuple] | None = None
+    try:
+        with opener() as file:
+            number = 0
+            for number, line in enumerate(file, start=1):
+                if number > ROWS_CHECKED:
+                    break
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line, object_pairs_hook=_object_once)
+                except ValueError as error:
+                    raise UsageError(f"cannot read {path}: line {number}: {error}.") from None
+                if not isinstance(row, dict):
+                    raise UsageError(f"cannot read {path}: line {number} is not a JSON object (one row per line).")
+                roles = _roles(row)
+                if first is None:
+                    first = (number, roles)
+                elif roles != first[1] and all(roles) and all(first[1]):
+                    raise UsageError(
+                        f"{path} mixes two schemas: line {first[0]} names its problem, answer and images "
+                        f"{'/'.join(first[1])}, line {number} {'/'.join(roles)}; give every row the same keys."
+                    )
+                problem = row.get(roles[0]) if roles[0] else None
+                if isinstance(problem, (int, float)) and not isinstance(problem, bool):
+                    raise UsageError(f"{path}, line {number}: {roles[0]} is a number ({problem}), not the problem's "
+                                     "text; quote it if the number is the question.")  # fmt: skip
+                images = row.get(roles[2]) if roles[2] else None
+                for image in images if isinstance(images, list) else [images]:
+                    if isinstance(image, str) and image.startswith(_BASE64_IMAGES) and len(image) > 64:
+                        raise UsageError(
+                            f"{path}, line {number}: {roles[2]} holds base64 text without its prefix; write it as "
+                            "data:image/png;base64,<the text> (or the image's path), which the loader reads."
+                        )
+    except (OSError, EOFError, UnicodeDecodeError) as error:
+        raise UsageError(f"cannot read {path}: {type(error).__name__}: {error}.") from None
+
+
 def file_problem(path: Path, builder: str) -> str | None:
     """What is wrong with a local data file that `datasets` failed on or read as empty; None if nothing is found."""
     if builder == "parquet":
@@ -88,6 +190,32 @@ def _problem_or_unreadable(path: Path, builder: str) -> str | None:
         return f"{error.strerror or type(error).__name__}"
 
 
+class _KeyTwice(Exception):
+    def __init__(self, key, first: int, then: int):
+        self.key, self.first, self.then = key, first, then
+
+
+def _one_key_once_loader():
+    import yaml
+
+    class OneKeyOnce(yaml.SafeLoader):
+        """YAML's safe loader, refusing a mapping that names a key twice (PyYAML keeps the last silently)."""
+
+        def construct_mapping(self, node, deep=False):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                line = key_node.start_mark.line + 1
+                if isinstance(key, str) and key in seen:
+                    raise _KeyTwice(key, seen[key], line)
+                seen[key] = line
+            return super().construct_mapping(node, deep=deep)
+
+    return OneKeyOnce
+
+
 def read_recipe(path: str | Path, flag: str = "--config") -> dict[str, Any]:
     """A recipe (YAML) that exists, can be read, is valid YAML and a non-empty mapping of keys. Any other state
     (an empty file among them) is a `UsageError` naming the file and the problem (a YAML error's line and column)."""
@@ -99,7 +227,10 @@ def read_recipe(path: str | Path, flag: str = "--config") -> dict[str, Any]:
     if path.is_dir():
         raise UsageError(f"{flag} {path}: a folder, not a recipe file (YAML).")
     try:
-        recipe = yaml.safe_load(path.read_text(encoding="utf-8"))
+        recipe = yaml.load(path.read_text(encoding="utf-8"), Loader=_one_key_once_loader())  # a SafeLoader
+    except _KeyTwice as twice:
+        raise UsageError(f"{flag} {path}: the key {twice.key!r} is written twice (lines {twice.first} and "
+                         f"{twice.then}), and YAML keeps the last without a word: keep one.") from None  # fmt: skip
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

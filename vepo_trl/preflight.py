@@ -249,6 +249,8 @@ def _check_values(script_args, training_args, model_args) -> None:
             {
                 "reward_weights": training_args.reward_weights,
                 "reward_funcs": script_args.reward_funcs,
+                "sync_ref_model": training_args.sync_ref_model,
+                "use_peft": model_args.use_peft,
                 **pixel_bounds(script_args, script_args.dataset_name),
             }
         )

@@ -308,6 +308,15 @@ def _reached(state: dict[str, Any], max_steps: int | None, num_train_epochs: flo
     return epochs >= num_train_epochs and state["global_step"] >= planned
 
 
+def finished_state_of(checkpoint: Path, max_steps: int | None) -> int | None:
+    """The step of a checkpoint that has already trained `max_steps` (resuming it would train nothing), or None."""
+    try:
+        step = json.loads((checkpoint / "trainer_state.json").read_text()).get("global_step")
+    except (OSError, ValueError):
+        return None
+    return step if isinstance(step, int) and max_steps and max_steps > 0 and step >= max_steps else None
+
+
 def finished_state(folder: Path, max_steps: int | None, num_train_epochs: float | None) -> tuple[str, int] | None:
     """(where, step) when `folder`'s run has already trained as far as asked: its saved model's `trainer_state.json`
     (written once the run finished) or its last checkpoint's. None when there is more to train, or nothing."""
@@ -342,6 +351,10 @@ def plan_run(
     (the folder's last checkpoint). Raises `UsageError` for a folder of another run and for an impossible resume.
     """
     folder = Path(output_dir).expanduser()
+    if isinstance(resume, str) and not resume.strip():  # TRL would read it as "no resume" and start from scratch
+        raise UsageError(
+            "resume_from_checkpoint is empty: give a checkpoint folder, or true (the output_dir's last checkpoint)."
+        )
     if isinstance(resume, str) and resume.strip().lower() in ("true", "last", "yes"):
         resume = True
     elif isinstance(resume, str) and resume.strip().lower() in ("false", "no", "none", ""):
@@ -402,7 +415,19 @@ def plan_run(
     if resume:
         if not Path(resume).expanduser().is_dir():
             raise UsageError(f"resume_from_checkpoint {resume}: no such checkpoint folder.")
-        _checked(str(Path(resume).expanduser()), "name a checkpoint-* folder a run saved.")
+        path = Path(resume).expanduser()
+        if read_record(path) is not None and not path.name.startswith("checkpoint-"):
+            raise UsageError(
+                f"resume_from_checkpoint {resume}: a run's folder (its finished model and report), not one of its "
+                f"checkpoints: name one of its checkpoint-* folders, or train into {resume} itself with its settings."
+            )
+        _checked(str(path), "name a checkpoint-* folder a run saved.")
+        done = finished_state_of(path, max_steps)
+        if done is not None:
+            raise UsageError(
+                f"resume_from_checkpoint {resume} is at step {done}, and max_steps {max_steps} asks for no more: "
+                "nothing would train. Give a larger --max_steps, or an earlier checkpoint."
+            )
         return RunPlan(str(resume), f"Resuming from {resume}, as asked.")
     if last is not None:
         if record is None:

@@ -160,6 +160,17 @@ def check_packages(training_args) -> None:
             raise UsageError(
                 f"--report_to {name}: its package is not installed (pip install {name}), or pass --report_to none."
             )
+    # The optimizer's package, by transformers' own lookup (it needs no model until it builds one): its ImportError
+    # came after the model loaded
+    from transformers import Trainer
+
+    try:
+        Trainer.get_optimizer_cls_and_kwargs(training_args)
+    except (ImportError, ValueError) as error:
+        if isinstance(error, ImportError) or "install" in str(error):
+            raise UsageError(
+                f"--optim {getattr(training_args.optim, 'value', training_args.optim)}: {error}"
+            ) from None
     if getattr(training_args, "use_liger_kernel", False):
         from trl.import_utils import is_liger_kernel_available
 

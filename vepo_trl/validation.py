@@ -356,6 +356,45 @@ COMBINATIONS: list[Combination] = [
         early=False,  # after the reward names are known to exist (an unknown name is the first thing to say)
         example=([0.5, 0.5], ["accuracy"]),
     ),
+    # Settings that train, and give a wrong result without a word
+    Combination(
+        ("selection_strategy", "selection_mode"),
+        lambda strategy, mode: not (strategy == "full" and mode == "weight"),
+        lambda strategy, mode: (
+            "selection_mode weight with selection_strategy full weights every token 1 + selection_weight: GRPO's "
+            "policy-gradient term scaled, not GRPO. Use selection_mode mask (full is GRPO exactly), or a strategy "
+            "that selects."
+        ),
+        example=("full", "weight"),
+    ),
+    Combination(
+        ("reward_weights",),
+        lambda weights: any(float(w) != 0 for w in _as_list(weights)),
+        lambda weights: (
+            f"--reward_weights {' '.join(str(w) for w in _as_list(weights))}: every weight is 0, so every reward "
+            "and every advantage is 0 and the run cannot learn; give at least one reward a weight."
+        ),
+        example=([0, 0],),
+    ),
+    # TRL's GRPOTrainer.__init__ refuses these after the model loaded: said before
+    Combination(
+        ("sync_ref_model", "beta"),
+        lambda sync, beta: not (_true(sync) and float(beta) == 0.0),
+        lambda sync, beta: (
+            "--sync_ref_model true with --beta 0: without the KL term there is no reference model to synchronise "
+            "(TRL's GRPOTrainer refuses it); drop --sync_ref_model, or give --beta above 0."
+        ),
+        example=(True, 0.0),
+    ),
+    Combination(
+        ("sync_ref_model", "use_peft"),
+        lambda sync, peft: not (_true(sync) and _true(peft)),
+        lambda sync, peft: (
+            "--sync_ref_model true with --use_peft true: TRL's GRPOTrainer cannot synchronise the reference of a "
+            "PEFT model; drop one."
+        ),
+        example=(True, True),
+    ),
     # VEPO's token selection against GRPO's options that act on the same tokens or their weights
     Combination(
         ("importance_sampling_level", "selection_strategy"),

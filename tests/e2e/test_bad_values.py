@@ -7,6 +7,7 @@ longer search)."""
 import dataclasses
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -182,7 +183,9 @@ def test_generated_bad_values_are_refused_in_one_line(name, data, tmp_path, caps
 def test_yaml_values_meet_the_same_rules(tmp_path, capsys):
     # A recipe bypasses argparse's type conversion: its values go through the same table
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(Path(TINY_RECIPE).read_text() + "noise_step: 500.5\n")
+    text = re.sub(r"(?m)^noise_step: .*$", "noise_step: 500.5", Path(TINY_RECIPE).read_text())
+    assert "noise_step: 500.5" in text
+    recipe.write_text(text)
     code, out, err = run_cli(["train", "--config", str(recipe), "--output_dir", str(tmp_path / "out")], capsys)
     assert_one_error_line(code, err, None, "--noise_step 500.5", "whole diffusion step")
 

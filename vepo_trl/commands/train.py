@@ -133,13 +133,25 @@ def _parse(command: str, argv: list[str]):
         _print_short_help(command)
         sys.exit(0)
     # The values the recipe and the command line give, against their rules, before torch and TRL are even imported
-    from ..validation import OUT_FOLDER, early_rules, precheck, precheck_declared, values_from
+    from ..validation import OUT_FOLDER, TEXT, early_rules, precheck, precheck_declared, values_from
 
     try:
         precheck(argv, recipe, early_rules())
         precheck_declared(argv, recipe, command)
+        # A data file's format and schema from its first rows, before anything is imported or decoded
+        from ..files import check_data_rows
+
+        for value in values_from(argv, recipe, {"dataset_name": TEXT, "eval_dataset_name": TEXT}).values():
+            if isinstance(value, str) and value.strip():
+                check_data_rows(value)
         # The folder the run writes, through the same check as every command's (before TRL is imported)
-        folder = values_from(argv, recipe, {"output_dir": OUT_FOLDER}).get("output_dir")
+        given_folder = values_from(argv, recipe, {"output_dir": OUT_FOLDER})
+        folder = given_folder.get("output_dir")
+        if "output_dir" in given_folder and folder is None:  # a recipe's `output_dir: null`
+            raise UsageError(
+                "output_dir is null (unset): give the folder the model and its report go to (TRL would write to "
+                "trainer_output/ in the working folder)."
+            )
         if folder is not None:
             if not str(folder).strip():
                 raise UsageError(

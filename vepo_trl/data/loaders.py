@@ -37,7 +37,7 @@ from PIL import Image, ImageOps
 from qwen_vl_utils import smart_resize
 from qwen_vl_utils.vision_process import MAX_RATIO
 
-from ..files import read_data_files
+from ..files import ANSWER_COLUMNS, ID_COLUMNS, IMAGE_COLUMNS, PROBLEM_COLUMNS, check_data_rows, read_data_files
 
 
 logger = logging.getLogger(__name__)
@@ -58,12 +58,8 @@ IMAGE_FACTOR = 28
 # A side this short carries no readable content (spacer or placeholder images); upscaling it would only add noise.
 MIN_IMAGE_SIDE = 4
 
-# Accepted column names, preferred first. The first match in a data set's columns is used.
-# `prompt` last: TRL's own column, plain text or a conversation (`[{"role": "user", "content": [...]}]`)
-PROBLEM_COLUMNS = ("problem", "question", "query", "prompt")
-ANSWER_COLUMNS = ("answer", "ground_truth", "gt_answer", "final_answer")
-IMAGE_COLUMNS = ("images", "image", "image_paths", "image_path")
-ID_COLUMNS = ("id", "pid", "question_id", "problem_id")
+# Accepted column names, preferred first (`files`, which checks a file's rows before it is read): the first match in a
+# data set's columns is used
 
 # Drop reasons, also used in the log and in strict-mode errors.
 MISSING_PROBLEM = "missing problem"
@@ -657,6 +653,7 @@ def _load_local_file(path: Path, split: str, load_kwargs: dict[str, Any]) -> dat
         )
     if suffix == ".tsv":
         load_kwargs = {**load_kwargs, "sep": "\t"}
+    check_data_rows(path)
     return read_data_files(builder, [path], split=split, **load_kwargs)
 
 

@@ -212,12 +212,32 @@ def check_family_inputs(
     start-up in one line: prompts whose image parts have no images, then the family's own checks
     (`Family.check_inputs`). `datasets`: name -> data set (the train and eval data; an eval dict counts each of its
     sets)."""
+    check_processor_of(config, processor)
     named = _named(datasets or {})
     for name, dataset in named:
         _check_image_parts(name, dataset)
     family = family_of(config)
     if family is not None and family.check_inputs is not None:
         family.check_inputs(processor, named, chat_template=chat_template, use_vllm=use_vllm)
+
+
+def check_processor_of(config, processor) -> None:
+    """A processor made for another model (a Qwen3-VL processor with a Qwen2.5-VL model: another patch size, so
+    features that do not fit the model) trains without a word: refused when transformers maps the model's type to
+    another processor class than the one given, and the one given is some other model's."""
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    model_type = getattr(config, "model_type", None)
+    expected = PROCESSOR_MAPPING_NAMES.get(model_type) if model_type else None
+    if processor is None or not isinstance(expected, str):
+        return
+    names = {cls.__name__ for cls in type(processor).__mro__}
+    others = {name for name in PROCESSOR_MAPPING_NAMES.values() if isinstance(name, str)} - {expected}
+    if expected not in names and names & others:
+        raise ValueError(
+            f"processing_class is a {type(processor).__name__}, and the model is a {model_type} model, whose processor "
+            f"is a {expected}: load the processor of the same checkpoint (AutoProcessor.from_pretrained(model_id))."
+        )
 
 
 def _named(datasets: dict) -> list[tuple[str, object]]:

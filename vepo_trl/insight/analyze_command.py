@@ -16,6 +16,7 @@ from .commands import (
     _read_recipe,
     _sample,
     _settings,
+    check_device,
 )
 
 
@@ -28,6 +29,11 @@ def analyze_main(args) -> None:
     """`vepo-trl analyze`'s work on its parsed options (`vepo_trl.commands.analyze`); user errors raise `UsageError`."""
     recipe = _read_recipe(args.config) if args.config else {}
     model_name = _check_model(args.model or recipe.get("model_name_or_path"))
+    check_device(args.device)
+    if args.save_records:
+        from .records import check_records_target
+
+        check_records_target("--save_records", args.save_records)
     settings = _settings(args, recipe)
     # --output_dir, --limit and --ratios went through the option table as they were parsed
     bounds = _pixel_bounds(args, recipe)
@@ -51,7 +57,7 @@ def analyze_main(args) -> None:
     if args.save_records:
         from .records import save_records
 
-        save_records(args.save_records, records)
+        save_records(args.save_records, records, append=True)  # checked before the model loaded
         paths["records"] = Path(args.save_records)
     print(analysis.markdown(title=f"Selection analysis: {model_name} on {args.dataset}"))
     print("Wrote " + ", ".join(str(p) for p in paths.values()))

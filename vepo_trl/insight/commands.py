@@ -71,6 +71,23 @@ def _check_model(name: str | None) -> str:
     return name
 
 
+def check_device(device: str | None) -> None:
+    """`--device` that this machine has, by torch's own test (a tensor made there), before anything loads: torch's
+    error came after the model had loaded, 39 lines deep."""
+    if not device:
+        return
+    import torch
+
+    from ..errors import one_line
+
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError, ValueError) as error:
+        raise UsageError(
+            f"--device {device}: {one_line(error)} (leave --device out to use a GPU when there is one)"
+        ) from None
+
+
 def _pixel_bounds(args, recipe: dict[str, Any]) -> dict[str, int]:
     """Image resize bounds: the flags, else the recipe's (as the run resized its data), else the paper's."""
     from ..data.loaders import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS

@@ -20,6 +20,7 @@ from .commands import (
     _rewards,
     _sample,
     _settings,
+    check_device,
 )
 
 
@@ -36,6 +37,14 @@ def _inspect_source(args) -> str:
             + (f" (got --{' and --'.join(chosen)})" if chosen else "")
         )
     source = chosen[0]
+    if args.output is not None and Path(args.output).suffix.lower() not in (".html", ".htm"):
+        raise UsageError(
+            f"--output {args.output}: the page is HTML; name it .html (e.g. {Path(args.output).stem}.html)"
+        )
+    if args.save_records:
+        from .records import check_records_target
+
+        check_records_target("--save_records", args.save_records)
     if source == "image":
         if not args.question:
             raise UsageError("--image needs --question")
@@ -77,14 +86,13 @@ def _write_outputs(args, records, settings_rows) -> None:
     from .page import write_page
     from .records import save_records
 
-    output = Path(args.output) if args.output is not None else _unused_page_name()
-    if output.suffix.lower() not in (".html", ".htm"):
-        output = output.with_suffix(".html")
+    output = Path(args.output) if args.output is not None else _unused_page_name()  # .html (`_inspect_source`)
     write_page(output, records, title=args.title or "VEPO token selection", settings=settings_rows)
     print(f"Wrote {output} ({len(records)} completions).")
     if args.save_records:
-        save_records(args.save_records, records)
-        print(f"Saved the records to {args.save_records}.")
+        existed = Path(args.save_records).is_file() and Path(args.save_records).stat().st_size > 0
+        save_records(args.save_records, records, append=True)
+        print(f"{'Appended' if existed else 'Saved'} {len(records)} records to {args.save_records}.")
 
 
 def _summary_line(records) -> str:
@@ -114,6 +122,7 @@ def inspect_main(args) -> None:
         return
     recipe = _read_recipe(args.config) if args.config else {}
     model_name = _check_model(args.model or recipe.get("model_name_or_path"))
+    check_device(args.device)
     settings = _settings(args, recipe)
     check_output_folder("--output", Path(args.output or DEFAULT_PAGE).expanduser().parent or ".")
     if args.greedy and args.response:

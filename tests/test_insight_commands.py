@@ -93,6 +93,13 @@ def test_inspect_records_and_rerender(tiny_model_dir, tmp_path, capsys):
     again = tmp_path / "again.html"
     main(["inspect", "--records", str(records_file), "--output", str(again)])
     assert again.read_text().count('class="completion"') == 3
+    # I20: a second run's records are appended, as documented (they replaced the file)
+    main([
+        "inspect", "--model", tiny_model_dir, "--dataset", "synthetic", "--index", "2", "--num_generations", "2",
+        "--max_new_tokens", "8", "--output", str(tmp_path / "page2.html"), "--save_records", str(records_file),
+    ])  # fmt: skip
+    assert "Appended 2 records" in capsys.readouterr().out
+    assert [len(load_records(records_file))] == [5]
 
 
 def test_inspect_given_responses_on_an_image_file(tiny_model_dir, visual_dataset, tmp_path):

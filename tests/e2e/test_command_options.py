@@ -9,7 +9,9 @@ refused.
 import argparse
 import dataclasses
 import datetime
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -670,3 +672,219 @@ def test_an_empty_recipe_is_said(command, tmp_path, capsys):
         argv = ["inspect", "--model", "m/m", "--dataset", "synthetic", "--config", str(tmp_path / "empty.yaml")]
     code, err = run(argv, capsys)
     assert_one_error_line(code, err, command, "empty.yaml is empty")
+
+
+# -- The newcomer audit's kinds, each through every command it applies to ---------------------------------------------
+
+
+def data_file(folder: Path, name: str, lines: list[str], *, raw: bytes | None = None) -> str:
+    """A training-data file in `folder`, its images beside it; `lines` are its rows as written."""
+    from PIL import Image
+
+    Image.new("RGB", (96, 96), (200, 30, 30)).save(folder / "sq.png")
+    path = folder / name
+    path.write_bytes(raw if raw is not None else ("\n".join(lines) + "\n").encode())
+    return str(path)
+
+
+ROW = '{"problem": "<image>What colour?", "answer": "red", "images": ["sq.png"]}'
+BAD_FILES = {  # name -> (rows as written, what the refusal says)
+    "F_dupkey.jsonl": ([ROW, '{"problem": "<image>x", "answer": "1", "answer": "2", "images": ["sq.png"]}'],
+                       "the key 'answer' is given twice"),
+    "F_notgz.jsonl.gz": ([ROW], "not gz-compressed"),
+    "F_mixed_schema.jsonl": ([ROW, ROW, '{"question": "<image>q", "gt_answer": "red", "image": "sq.png"}'],
+                             "mixes two schemas"),
+    "F_num_problem.jsonl": (['{"problem": 42, "answer": "1", "images": ["sq.png"]}'], "is a number (42)"),
+    "F_base64.jsonl": (['{"problem": "<image>x", "answer": "1", "images": ["iVBORw0KGgo' + "A" * 80 + '"]}'],
+                       "base64 text without its prefix"),
+}  # fmt: skip
+
+
+def data_argv(command: str, path: str, place: Place, out: Path) -> list[str]:
+    model = str(place.root / "model")
+    return {
+        "train": ["train", "--config", TINY_RECIPE, "--dataset_name", path, "--output_dir", str(out)],
+        "inspect": ["inspect", "--model", model, "--dataset", path, "--output", str(out / "p.html")],
+        "analyze": ["analyze", "--model", model, "--dataset", path, "--output_dir", str(out)],
+    }[command]
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FILES))
+@pytest.mark.parametrize("command", ["train", "inspect", "analyze"])
+def test_a_data_file_is_checked_from_its_first_rows_before_anything_loads(command, name, tmp_path, capsys):
+    """F_dupkey, F_notgz (84- and 64-line tracebacks after a minute), F_mixed_schema, F_num_problem, F_base64 (a
+    message naming another problem): said in one line, before a model or an image loads."""
+    place = Place(tmp_path)
+    lines, needle = BAD_FILES[name]
+    path = data_file(tmp_path, name, lines)
+    code, err = run(data_argv(command, path, place, tmp_path / "out"), capsys)
+    assert_one_error_line(code, err, command, needle)
+
+
+@pytest.mark.parametrize(("command", "argv", "needle"), [
+    ("train", ["--beta", "0", "--sync_ref_model", "true", "--ref_model_sync_steps", "10"], "--sync_ref_model true"),
+    ("train", ["--use_peft", "true", "--sync_ref_model", "true", "--beta", "0.04"], "PEFT"),
+    ("train", ["--optim", "adamw_bnb_8bit"], "bitsandbytes"),
+    ("inspect", ["--device", "cuda"], "--device cuda"),
+    ("analyze", ["--device", "cuda"], "--device cuda"),
+])  # fmt: skip
+def test_upstream_refusals_come_before_loading(command, argv, needle, tmp_path, capsys):
+    """T28, T35, I15, A11: TRL's GRPOTrainer checks, an optimizer's package and a device the machine lacks failed in
+    24-39-line tracebacks after the model loaded. Upstream's own test (or its rule, where it needs the trainer)."""
+    import importlib.util
+
+    import torch
+
+    if "bitsandbytes" in needle and importlib.util.find_spec("bitsandbytes") is not None:
+        pytest.skip("bitsandbytes is installed here")
+    if "--device" in needle and torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    place = Place(tmp_path)
+    base = {"train": ["--config", TINY_RECIPE, "--output_dir", str(tmp_path / "out")],
+            "inspect": ["--model", str(place.root / "model"), "--dataset", "synthetic"],
+            "analyze": ["--model", str(place.root / "model"), "--dataset", "synthetic"]}[command]  # fmt: skip
+    code, err = run([command, *base, *argv], capsys)
+    assert_one_error_line(code, err, command, needle)
+
+
+def finished_run(folder: Path, steps: int) -> Path:
+    """A run's folder as `train` leaves it finished: its record, its model, its trainer state at `steps`."""
+    folder.mkdir(parents=True)
+    (folder / "vepo_run.json").write_text('{"settings": {}}')
+    (folder / "model.safetensors").write_bytes(b"")
+    (folder / "trainer_state.json").write_text(f'{{"global_step": {steps}, "log_history": []}}')
+    return folder
+
+
+@pytest.mark.parametrize(("case", "argv", "needle"), [
+    ("T24", ["--selection_strategy", "full", "--selection_mode", "weight"], "full is GRPO exactly"),
+    ("T48", ["--reward_weights", "0", "0", "0"], "cannot learn"),
+    ("R02", ["--resume_from_checkpoint", ""], "resume_from_checkpoint is empty"),
+    ("T40", ["--resume_from_checkpoint", "FINISHED"], "a run's folder"),
+    ("T40b", ["--resume_from_checkpoint", "FINISHED/checkpoint-60"], "is at step 60"),
+])  # fmt: skip
+def test_settings_that_train_a_wrong_result_are_refused(case, argv, needle, tmp_path, capsys):
+    """T24 doubled GRPO's policy-gradient term; T48 trained a run that could not learn; R02 trained from scratch;
+    T40 "resumed" another run's finished folder into a new one, trained 0 steps and reported its 60."""
+    finished = finished_run(tmp_path / "finished", 60)
+    checkpoint = finished_run(finished / "checkpoint-60", 60)
+    (checkpoint / "vepo_run.json").unlink()
+    argv = [arg.replace("FINISHED", str(finished)) for arg in argv]
+    code, err = run(["train", "--config", TINY_RECIPE, "--output_dir", str(tmp_path / "new"), *argv], capsys)
+    assert_one_error_line(code, err, "train", needle)
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "inspect"])
+def test_a_recipe_with_a_key_twice_or_a_null_output_dir_is_refused(command, tmp_path, capsys):
+    """Y13: `output_dir: null` trained into TRL's trainer_output/; a key written twice kept the last silently."""
+    text = Path(TINY_RECIPE).read_text()
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(text + "selection_ratio: 0.5\n")
+    base = {"train": [], "inspect": ["--model", str(Place(tmp_path).root / "model"), "--dataset", "synthetic"]}
+    code, err = run([command, *base[command], "--config", str(twice)], capsys)
+    assert_one_error_line(code, err, command, "'selection_ratio' is written twice")
+    if command == "train":
+        null = tmp_path / "null.yaml"
+        null.write_text(re.sub(r"(?m)^output_dir: .*$", "output_dir: null", text))
+        code, err = run(["train", "--config", str(null)], capsys)
+        assert_one_error_line(code, err, "train", "output_dir is null")
+        assert not Path("trainer_output").exists()
+
+
+@pytest.mark.parametrize("command", ["inspect", "analyze"])
+def test_records_never_replace_a_file_the_command_did_not_write(command, tmp_path, capsys):
+    """I20, A07: `--save_records` onto the user's 16-row data file replaced it with records."""
+    place = Place(tmp_path)
+    data = data_file(tmp_path, "keep.jsonl", [ROW] * 16)
+    before = Path(data).read_bytes()
+    argv = [command, "--model", str(place.root / "model"), "--dataset", "synthetic", "--save_records", data]
+    code, err = run(argv + (["--output_dir", str(tmp_path / "out")] if command == "analyze" else []), capsys)
+    assert_one_error_line(code, err, command, "--save_records", "never replace another file")
+    assert Path(data).read_bytes() == before
+
+
+def test_a_second_plot_never_replaces_another_plots_files(tmp_path, capsys):
+    """P14: `plot A --output_dir o && plot B --output_dir o` replaced A's PNGs without a word."""
+    runs = []
+    for name in ("a", "b"):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        entries = [{"step": s, "loss": 0.5 / s, "reward": 0.1 * s} for s in (1, 2, 3)]
+        (run_dir / "trainer_state.json").write_text(json.dumps({"log_history": entries}))
+        runs.append(str(run_dir))
+    out = tmp_path / "plots"
+    assert cli_main(["plot", runs[0], "--output_dir", str(out)]) is None
+    first = snapshot(out)
+    code, err = run(["plot", runs[1], "--output_dir", str(out)], capsys)
+    assert_one_error_line(code, err, "plot", "never replaces another plot's files")
+    assert snapshot(out) == first
+    assert cli_main(["plot", runs[0], "--output_dir", str(out)]) is None  # the same run drawn again: its own
+
+
+def test_a_processor_of_another_model_is_refused(tmp_path):
+    """API_a12: a Qwen2.5-VL model trained with a Qwen3-VL processor (another patch size) without a word."""
+    from transformers import AutoProcessor
+
+    from vepo_trl.families import check_processor_of
+    from vepo_trl.local_models import resolve_model_name
+
+    qwen25, qwen3 = (resolve_model_name(name) for name in ("tiny-qwen2.5-vl", "tiny-qwen3-vl"))
+    config = json.loads((Path(qwen25) / "config.json").read_text())
+    other = AutoProcessor.from_pretrained(qwen3)
+    with pytest.raises(ValueError, match="processing_class is a Qwen3VLProcessor, and the model is a qwen2_5_vl"):
+        check_processor_of(argparse.Namespace(model_type=config["model_type"]), other)
+    check_processor_of(argparse.Namespace(model_type=config["model_type"]), AutoProcessor.from_pretrained(qwen25))
+
+
+UNREAD_CASES = [  # the audit's accepted-and-ignored cases, by command, each refused naming its setting
+    ("T25", ["train", "--selection_samples_steps", "0", "--selection_samples_count", "5"], "--selection_samples_count"),
+    ("T27", ["train", "--vllm_gpu_memory_utilization", "0.5"], "--vllm_gpu_memory_utilization"),
+    ("T30", ["train", "--save_steps", "5", "--save_strategy", "no"], "--save_steps"),
+    ("T31b", ["train", "--logging_strategy", "no", "--logging_steps", "3"], "--logging_steps"),
+    ("T32", ["train", "--max_eval_samples", "5"], "--max_eval_samples"),
+    ("T38", ["train", "--hub_strategy", "end"], "--hub_strategy"),
+    ("E09", ["eval", "--backend", "transformers", "--tensor_parallel_size", "2"], "--tensor_parallel_size"),
+    ("E10", ["eval", "--backend", "transformers", "--gpu_memory_utilization", "0.5"], "--gpu_memory_utilization"),
+    ("E21", ["eval", "--protocol", "rule", "--judge_api_key_env", "NOPE"], "--judge_api_key_env NOPE"),
+    ("E25", ["eval", "--hub_model_id", "me/x"], "--hub_model_id"),
+    ("I12", ["inspect", "--greedy", "--sample_seed", "3"], "--sample_seed"),
+    ("I22", ["inspect", "--perturbation", "diffusion", "--noise_sigma", "3"], "--noise_sigma"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "argv", "needle"), UNREAD_CASES, ids=[case for case, *_ in UNREAD_CASES])
+def test_the_audits_unread_settings_are_refused(case, argv, needle, tmp_path, capsys):
+    place = Place(tmp_path)
+    base = {"train": ["--config", TINY_RECIPE, "--output_dir", str(tmp_path / "out")],
+            "eval": ["--model", str(place.root / "model"), "--benchmarks", "synthetic"],
+            "inspect": ["--model", str(place.root / "model"), "--dataset", "synthetic"]}[argv[0]]  # fmt: skip
+    code, err = run([argv[0], *base, *argv[1:]], capsys)
+    assert_one_error_line(code, err, argv[0], needle, "never reads it")
+
+
+@pytest.mark.parametrize("extra", [
+    ["--nope", "1"], ["--max_steps", "1e3"], ["--reward_funcs", "nope"], ["--vllm_server_port", "9001"],
+    ["--selection_strategy", "full", "--noise_sigma", "3"], ["--dataset_name", "DUPKEY"], ["--max_step", "4"],
+])  # fmt: skip
+def test_refusals_that_need_no_model_come_before_torch_is_imported(extra, tmp_path):
+    """69 one-line refusals took 2-61 s waiting for torch, transformers and TRL (or for every image to decode). Once
+    a full parse has saved the declarations, each is said without importing torch."""
+    env = {**os.environ, "VEPO_TRL_CACHE": str(run_cache_path(tmp_path)), "PYTHONPATH": str(REPO)}
+    dupkey = data_file(tmp_path, "dup.jsonl", [BAD_FILES["F_dupkey.jsonl"][0][1]])
+    script = (
+        "import sys\nfrom vepo_trl.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit as exit:\n    print(exit.code, 'torch' in sys.modules)\n"
+    )
+    warm = ["train", "--config", TINY_RECIPE, "--help-all"]
+    subprocess.run([sys.executable, "-c", script, *warm], capture_output=True, env=env, cwd=tmp_path, check=True)
+    argv = ["train", "--config", TINY_RECIPE, "--output_dir", "out", *(dupkey if a == "DUPKEY" else a for a in extra)]
+    result = subprocess.run(
+        [sys.executable, "-c", script, *argv], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert result.stdout.split() == ["2", "False"], result.stdout + result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def run_cache_path(tmp_path: Path) -> Path:
+    return tmp_path / "cache"

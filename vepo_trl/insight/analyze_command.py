@@ -6,6 +6,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..files import check_data_rows
 from .commands import (
     UsageError,
     _check_model,
@@ -30,6 +31,7 @@ def analyze_main(args) -> None:
     recipe = _read_recipe(args.config) if args.config else {}
     model_name = _check_model(args.model or recipe.get("model_name_or_path"))
     check_device(args.device)
+    check_data_rows(args.dataset)  # its format and schema, before a model or an image loads
     if args.save_records:
         from .records import check_records_target
 

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from ..errors import check_output_folder
+from ..files import check_data_rows
 from .commands import (
     SYNTHETIC_DATASET,
     SYNTHETIC_ROWS,
@@ -45,6 +46,8 @@ def _inspect_source(args) -> str:
         from .records import check_records_target
 
         check_records_target("--save_records", args.save_records)
+    if source == "dataset":
+        check_data_rows(args.dataset)  # its format and schema, before a model or an image loads
     if source == "image":
         if not args.question:
             raise UsageError("--image needs --question")

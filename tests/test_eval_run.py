@@ -115,7 +115,7 @@ def test_all_seven_then_resume_then_refuse(tiny_model_dir, data_dir, tmp_path, m
         ),
         (["--limit", "0"], "--limit 0: must be a whole number >= 1"),
         (["--tensor_parallel_size", "0"], "--tensor_parallel_size 0: must be a whole number of GPUs >= 1"),
-        (["--rescore", "EMPTY"], "--rescore grades stored completions: pass no --model."),
+        (["--rescore", "EMPTY"], "--rescore grades stored completions"),
         (
             ["--data_dir", "STANDINS", "--judge_api_key_env", "NO_SUCH_KEY_VAR"],
             "--protocol paper judges mathverse: The judge needs an API key in $NO_SUCH_KEY_VAR",

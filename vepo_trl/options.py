@@ -18,7 +18,7 @@ import types
 import typing
 from typing import Any, NoReturn
 
-from .errors import UsageError, fail
+from .errors import UsageError
 
 
 def option(default: Any = None, help: str = "", *, rule, reads, group: str | None = None, positional: bool = False,
@@ -116,7 +116,7 @@ class OneLineParser(argparse.ArgumentParser):
     rules: dict[str, Any] = {}
 
     def error(self, message: str) -> NoReturn:
-        fail(self.prog, message)
+        raise UsageError(message)  # the CLI's one door prints it: `<prog>: error: <message>`, exit 2
 
     def parse_args(self, args=None, namespace=None):
         argv = list(sys.argv[1:] if args is None else args)

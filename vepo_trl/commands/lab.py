@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..builtin.lab_tasks import DEFAULT_TASK, TASKS
-from ..errors import UsageError, fail
+from ..errors import UsageError
 from ..options import option, parser_for
 from ..validation import ALWAYS, FLAG, TEXT, above, at_least, number, path_rule, whole
 
@@ -158,11 +158,8 @@ def _arms(text: str) -> tuple[str, ...]:
 def main(argv: list[str] | None = None):
     parser = make_parser()
     args = parser.parse_args(argv)
-    try:
-        check_args(args)
-        seeds = _seeds(args.seeds) if args.seeds is not None else None
-    except UsageError as error:
-        fail(parser.prog, error)
+    check_args(args)  # a UsageError goes to the CLI's one door
+    seeds = _seeds(args.seeds) if args.seeds is not None else None
     from ..lab.experiment import (  # torch: only once arguments are good
         QUICK,
         QUICK_WARM_START,
@@ -187,22 +184,19 @@ def main(argv: list[str] | None = None):
             f"accuracy {report['heldout_accuracy']:.1%} on {report['heldout_rows']} rows"
         )
         return json.dumps(report)
-    try:
-        if args.strategies:
-            settings.strategies = _arms(args.strategies)
-        labels = {arm.label for arm in settings.arms()}
-        given = _learning_rates(args.learning_rates) if args.learning_rates is not None else {}
-        unknown = sorted(set(given) - labels)
-        if unknown:
-            raise UsageError(
-                f"--learning_rates names {unknown}, which this lab does not run (its rules: {sorted(labels)})."
-            )
-        # On top of the task's, kept for the rules this lab runs: a rule not named keeps its own learning rate
-        settings.learning_rates = {
-            label: lr for label, lr in {**settings.learning_rates, **given}.items() if label in labels
-        }
-    except UsageError as error:
-        fail(parser.prog, error)
+    if args.strategies:
+        settings.strategies = _arms(args.strategies)
+    labels = {arm.label for arm in settings.arms()}
+    given = _learning_rates(args.learning_rates) if args.learning_rates is not None else {}
+    unknown = sorted(set(given) - labels)
+    if unknown:
+        raise UsageError(
+            f"--learning_rates names {unknown}, which this lab does not run (its rules: {sorted(labels)})."
+        )
+    # On top of the task's, kept for the rules this lab runs: a rule not named keeps its own learning rate
+    settings.learning_rates = {
+        label: lr for label, lr in {**settings.learning_rates, **given}.items() if label in labels
+    }
     if seeds is not None:
         settings.seeds = seeds
     for name in ("steps", "max_minutes", "learning_rate", "eval_rows"):

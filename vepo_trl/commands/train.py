@@ -10,7 +10,7 @@ import time
 import warnings
 from pathlib import Path
 
-from ..errors import UsageError, check_output_folder, fail
+from ..errors import UsageError, check_output_folder
 from ..options import flag_name
 
 
@@ -22,8 +22,8 @@ _USAGE = "usage: vepo-trl {command} [--config RECIPE.yaml] [--<option> VALUE ...
 
 
 def _fail(command: str, message: str):
-    """A user error: one line on stderr, exit status 2 (argparse's convention)."""
-    fail(f"vepo-trl {command}", message)
+    """A user error: raised to the CLI's one door (`cli.main`), which prints it as one line, exit status 2."""
+    raise UsageError(message)
 
 
 def _read_recipe(command: str, path: str) -> dict | None:
@@ -169,7 +169,7 @@ def _parse(command: str, argv: list[str]):
     # argparse's own errors print the usage line first: TRL's is over a thousand flags long
     parser.format_usage = lambda: _USAGE.format(command=command)
     # argparse's errors as one line too (it would print the usage line first)
-    parser.error = lambda message: _fail(command, message)
+    parser.error = lambda message: _fail(command, message)  # raises
     if "--help-all" in argv:
         parser.print_help()
         sys.exit(0)

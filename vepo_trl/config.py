@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from .trl_compat import quiet_deprecated_alias
 from .validation import check_object, rules_for
 
 
@@ -19,6 +20,7 @@ def _checkpointing_renamed() -> bool:
 
 
 _CHECKPOINTING_RENAMED = _checkpointing_renamed()
+quiet_deprecated_alias()  # TRL and PEFT read transformers' deprecated alias on every run (trl_compat)
 
 
 @dataclass
@@ -231,6 +233,8 @@ class VEPOConfig(GRPOConfig):
         ]
         if _CHECKPOINTING_RENAMED and self.activation_checkpointing is None and self.gradient_checkpointing is None:
             self.activation_checkpointing = True  # TRL's default, without transformers' warning about the old name
+        if "dataloader_pin_memory" not in given and not _has_accelerator():
+            self.dataloader_pin_memory = False  # pinned memory needs a GPU: torch warns on every data loader without
         if self.bf16 is None:
             # GRPOConfig would turn an unset bf16 into True, which TrainingArguments then rejects on a CPU
             self.bf16 = not self.fp16 and not self.use_cpu and _hardware_supports_bf16()
@@ -317,6 +321,12 @@ def given_fields(config) -> list[str]:
         if default is not dataclasses.MISSING and getattr(config, f.name) != default:
             given.append(f.name)
     return given
+
+
+def _has_accelerator() -> bool:
+    import torch
+
+    return torch.cuda.is_available() or bool(getattr(torch, "xpu", None) and torch.xpu.is_available())
 
 
 def _hardware_supports_bf16() -> bool:

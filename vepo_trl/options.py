@@ -69,6 +69,17 @@ def _kind(annotation) -> tuple[type, bool]:
     return annotation, False
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's "(default: X)" after an option's help, where the help does not say its default already and there is
+    one to say (not unset, not a flag left off)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text.lower() or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
+
+
 def parser_for(declaration, *, prog: str, description: str | None = None,
                formatter_class=argparse.HelpFormatter) -> OneLineParser:  # fmt: skip
     """The argparse parser of a declaration: each field one option, in its group, in the declared order."""
@@ -102,8 +113,7 @@ def parser_for(declaration, *, prog: str, description: str | None = None,
         if meta["positional"]:
             target.add_argument(field.name, **kwargs)
         else:
-            spellings = [f"--{field.name}"] + ([f"--{field.name.replace('_', '-')}"] if "_" in field.name else [])
-            target.add_argument(*spellings, required=meta["required"], **kwargs)
+            target.add_argument(f"--{field.name}", required=meta["required"], **kwargs)
     return parser
 
 
@@ -120,6 +130,13 @@ class OneLineParser(argparse.ArgumentParser):
 
     def parse_args(self, args=None, namespace=None):
         argv = list(sys.argv[1:] if args is None else args)
+        # `--max-new-tokens` is `--max_new_tokens`: one spelling, so the repeat rule and the messages see one option
+        known = {string for action in self._actions for string in action.option_strings}
+        end = argv.index("--") if "--" in argv else len(argv)
+        for index, token in enumerate(argv[:end]):
+            name, equals, value = token.partition("=")
+            if name.startswith("--") and "-" in name[2:] and "--" + flag_name(name) in known:
+                argv[index] = "--" + flag_name(name) + equals + value
         try:
             check_repeated(argv, self._repeatable())
         except UsageError as error:
@@ -147,7 +164,7 @@ class OneLineParser(argparse.ArgumentParser):
                 raise
             # argparse says "invalid int value"; the declared rule says what the value must be
             raise argparse.ArgumentError(
-                None, f"{action.option_strings[0]} {arg_string!r}: text, must be {rule.valid}."
+                None, f"{action.option_strings[-1]} {arg_string!r}: text, must be {rule.valid}."
             ) from None
 
     def _repeatable(self) -> dict[str, bool]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..eval.names import BENCHMARK_NAMES, PROTOCOL_HELP, PROTOCOLS
-from ..options import option, parser_for
+from ..options import DefaultsHelpFormatter, option, parser_for
 from ..validation import (
     ALWAYS,
     FLAG,
@@ -116,7 +116,7 @@ def make_parser() -> argparse.ArgumentParser:
         EvalOptions,
         prog="vepo-trl eval",
         description="Greedy evaluation on the paper's seven benchmarks (or a subset), with a Table-1 summary.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
 
 

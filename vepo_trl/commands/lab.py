@@ -171,7 +171,13 @@ def main(argv: list[str] | None = None):
     task = args.task or DEFAULT_TASK
     settings = lab_settings(task, **(QUICK if args.quick else {}))
     if args.quick:
+        full = settings.warm_start
         settings.warm_start = dataclasses.replace(settings.warm_start, **QUICK_WARM_START)
+        print(
+            f"lab --quick: a smoke test from a quick warm start ({settings.warm_start.sft_steps} SFT steps on "
+            f"{settings.warm_start.sft_rows:,} rows, not the {full.sft_steps} on {full.sft_rows:,} of docs/lab.md), "
+            f"{settings.steps} RL steps: its accuracies are not the page's."
+        )
     if args.build_warm_start:
         import json
 

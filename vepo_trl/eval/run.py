@@ -576,6 +576,9 @@ def rescore(args) -> dict[str, Any]:
 
 def run(args) -> dict[str, Any]:
     """Evaluate; returns the summary (also written to `summary.json` / `summary.md` on the main process)."""
+    from ..trl_compat import quiet_deprecated_alias
+
+    quiet_deprecated_alias()  # PEFT's wrapper reads transformers' deprecated alias: not the user's to act on
     from accelerate import PartialState
     from accelerate.utils import broadcast_object_list, gather_object
     from tqdm.auto import tqdm

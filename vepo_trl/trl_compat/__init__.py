@@ -30,6 +30,26 @@ class Patch:
     test: str
 
 
+def quiet_deprecated_alias() -> None:
+    """TRL's `unwrap_model_for_generation` and PEFT's model wrapper call transformers' deprecated checkpointing
+    aliases (`is_gradient_checkpointing`, `gradient_checkpointing_enable` / `_disable`): a FutureWarning a run prints
+    that the user never caused and cannot act on. Each is quieted while their source still calls it; once neither
+    does, nothing is filtered."""
+    import importlib
+    import inspect
+    import warnings
+
+    sources = []
+    for name in ("trl.models.utils", "peft.peft_model"):
+        try:
+            sources.append(inspect.getsource(importlib.import_module(name)))
+        except (ImportError, OSError, TypeError):
+            continue
+    for alias in ("is_gradient_checkpointing", "gradient_checkpointing_enable", "gradient_checkpointing_disable"):
+        if any(f".{alias}" in source or f'"{alias}"' in source for source in sources):
+            warnings.filterwarnings("ignore", message=f"`{alias}` is deprecated", category=FutureWarning)
+
+
 PATCHES: tuple[Patch, ...] = (
     Patch(
         "checkpoint weights under the model's names",

@@ -6,6 +6,8 @@ scratch folder holding the bad files; each API case runs in a fresh `python -c` 
 
     python benchmarks/bad_inputs.py                 # about 21 minutes on 2 cores
     python benchmarks/bad_inputs.py --only lab      # the cases whose command line contains "lab"
+    python benchmarks/bad_inputs.py --cases unread  # every (option, mode that does not read it): about 2 minutes
+    python benchmarks/bad_inputs.py --cases audit   # the newcomer audit's cases
 
 Offline (HF_HUB_OFFLINE=1) so that Hub names fail the way they do on a machine without network.
 """
@@ -262,6 +264,120 @@ def _invalid(rule) -> list[str]:
     return ["1.5" if rule.kind == "whole" else "nan"]
 
 
+# Every (command, option, mode that does not read it) from the declarations (`validation.Reads`: each declared
+# option's, and train's table `config.settings_reads`): the option given in that mode must be refused naming it
+UNREAD_BASES = {
+    "train": [*TRAIN[:3], "--output_dir", "unread-run"],
+    "eval": ["eval", "--benchmarks", "synthetic", "--output_dir", "unread-eval"],
+    "inspect": ["inspect", "--dataset", "synthetic"],
+    "analyze": ["analyze", "--dataset", "synthetic", "--model", "weightless", "--output_dir", "unread-analysis"],
+    "plot": ["plot", "keep"],
+    "lab": ["lab", "--quick", "--output_dir", "unread-lab"],
+}
+TRAIN_VALUES = {"vllm_mode": "server", "vllm_structured_outputs_regex": "[0-9]+", "vllm_server_host": "10.0.0.2",
+                "vllm_server_base_url": "http://10.0.0.2:8000", "vllm_model_impl": "transformers",
+                "vllm_importance_sampling_mode": "token_mask", "hub_strategy": "end", "hub_revision": "main",
+                "lora_target_modules": "q_proj", "lora_target_parameters": "q_proj.weight",
+                "lora_modules_to_save": "lm_head", "lora_task_type": "CAUSAL_LM", "perturbation": "gaussian",
+                "min_pixels": "3136", "max_pixels": "1000000"}  # fmt: skip
+PATH_GOOD = {"out_folder": "new-out", "out_file": "new-out.html", "in_file": "ok.png", "in_folder": "keep",
+             "in_path": "keep", "text": "x", "model": "weightless", "url": "http://127.0.0.1:9/v1"}  # fmt: skip
+
+
+def _good(rule) -> str | None:
+    """A value `rule` takes (None for a flag)."""
+    if rule.kind == "bool":
+        return None
+    if rule.kind in PATH_GOOD:
+        return PATH_GOOD[rule.kind]
+    if rule.kind in ("choice", "choice_or_bool"):
+        return str(next(iter(rule.choices())))
+    if rule.kind == "numbers":
+        return "0.5"
+    for value in (1, 2, 500, 0.5):
+        if (rule.kind != "whole" or float(value).is_integer()) and (rule.test is None or rule.test(value)):
+            return str(value)
+    return "1"
+
+
+def _mode_words(deciders, values, rules, train: bool) -> list[str]:
+    words = []
+    for name, value in zip(deciders, values):
+        if value is None or (value is False and not train):
+            continue
+        if value is True and not train:
+            words.append(f"--{name}")
+        elif not train and rules[name].kind in PATH_GOOD:
+            words += [f"--{name}", PATH_GOOD[rules[name].kind]]
+        else:
+            words += [f"--{name}", str(value).lower() if isinstance(value, bool) else str(value)]
+    return words
+
+
+def unread_cases() -> list[tuple[list[str], str]]:
+    import dataclasses
+    import importlib
+
+    from trl import ModelConfig
+
+    from vepo_trl.config import VEPOConfig, settings_reads
+    from vepo_trl.train import VEPOScriptArguments
+    from vepo_trl.validation import rules_for
+
+    cases = []
+    for command in ("eval", "inspect", "analyze", "plot", "lab"):
+        parser = importlib.import_module(f"vepo_trl.commands.{command}").make_parser()
+        for field in dataclasses.fields(parser.declaration):
+            reads = field.metadata["reads"]
+            if not reads.deciders or not set(reads.deciders) <= set(parser.rules) or field.name in reads.deciders:
+                continue
+            value = _good(parser.rules[field.name])
+            mode = _mode_words(reads.deciders, reads.unread, parser.rules, train=False)
+            base = list(UNREAD_BASES[command])
+            if command == "eval" and "rescore" not in reads.deciders:
+                base += ["--model", "weightless"]
+            if command == "inspect":
+                base = (["inspect"] if {"records", "image", "dataset"} & set(reads.deciders) else base) + (
+                    [] if "records" in reads.deciders else ["--model", "weightless"]
+                )
+            cases.append(([*base, *mode, f"--{field.name}", *([] if value is None else [value])], f"--{field.name}"))
+    rules = rules_for(VEPOConfig, VEPOScriptArguments, ModelConfig)
+    for name, reads in settings_reads().items():
+        if name in reads.deciders:
+            continue
+        value = TRAIN_VALUES.get(name) or (_good(rules[name]) if name in rules else "true") or "true"
+        mode = _mode_words(reads.deciders, reads.unread, rules, train=True)
+        cases.append(([*UNREAD_BASES["train"], *mode, f"--{name}", value], f"--{name}"))
+    return cases
+
+
+# The newcomer audit's cases (by its labels), each refused in one line now: (argv, what the line names)
+AUDIT_CASES: list[tuple[list[str], str]] = [
+    ([*TRAIN, "--beta", "0", "--sync_ref_model", "true", "--ref_model_sync_steps", "10"], "--sync_ref_model"),  # T28
+    ([*TRAIN, "--optim", "adamw_bnb_8bit"], "--optim"),  # T35 (where bitsandbytes is not installed)
+    ([*INSPECT, "--dataset", "synthetic", "--device", "cuda"], "--device"),  # I15 (no GPU)
+    (["analyze", "--model", "tiny-qwen2.5-vl", "--dataset", "synthetic", "--device", "cuda"], "--device"),  # A11
+    ([*TRAIN, "--dataset_name", "dupkey.jsonl"], "twice"),  # F_dupkey
+    ([*TRAIN, "--dataset_name", "plain.jsonl.gz"], "gz-compressed"),  # F_notgz
+    ([*TRAIN, "--max_step", "40", "--max_steps", "1"], "--max_step"),  # T51
+    ([*TRAIN, "--max-steps", "40", "--max_steps", "1"], "--max_steps is given twice"),  # T52
+    ([*TRAIN, "--selection_strategy", "full", "--selection_mode", "weight"], "selection_mode weight"),  # T24
+    ([*TRAIN, "--resume_from_checkpoint", "finished_run"], "a run's folder"),  # T40
+    ([*TRAIN, "--resume_from_checkpoint", ""], "empty"),  # R02
+    ([*TRAIN, "--reward_weights", "0", "0", "0"], "cannot learn"),  # T48
+    (["train", "--config", "null_output_dir.yaml"], "output_dir is null"),  # Y13
+    (["train", "--config", "key_twice.yaml"], "written twice"),
+    ([*INSPECT, "--dataset", "synthetic", "--save_records", "keep_data.jsonl"], "--save_records"),  # I20
+    (["analyze", "--model", "tiny-qwen2.5-vl", "--dataset", "synthetic", "--save_records", "keep_data.jsonl"],
+     "--save_records"),  # A07
+    (["plot", "keep", "--output_dir", "other_plots"], "another plot"),  # P14
+    ([*INSPECT, "--dataset", "synthetic", "--output", "page.txt"], "--output"),  # I13
+    ([*TRAIN, "--dataset_name", "schemas.jsonl"], "mixes two schemas"),  # F_mixed_schema
+    ([*TRAIN, "--dataset_name", "number.jsonl"], "is a number"),  # F_num_problem
+    ([*TRAIN, "--dataset_name", "bare_base64.jsonl"], "base64"),  # F_base64
+]  # fmt: skip
+
+
 API_CASES: list[tuple[str, str]] = [
     (
         'VEPOTrainer(model="/nonexistent/model")',
@@ -391,6 +507,28 @@ def make_scratch(folder: Path) -> None:
     (folder / "unread_weights" / "preprocessor_config.json").write_text("{}")
     (folder / "binary.yaml").write_bytes(b"\xff\xfe\x00garbage")
     (folder / "keep" / "trainer_state.json").write_text('{"log_history": [{"step": 1, "loss": 0.5}]}')
+    # The newcomer audit's files: a row with a key twice, plain JSONL named .gz, two schemas, a number as the
+    # problem, base64 without its prefix, a finished run, the user's data file, another plot's folder, recipes
+    (folder / "dupkey.jsonl").write_text(
+        '{"problem": "<image>x", "answer": "1", "answer": "2", "images": ["ok.png"]}\n'
+    )
+    jsonl("plain.jsonl.gz", ROW)
+    jsonl("schemas.jsonl", ROW, ROW, {"question": "<image>q", "gt_answer": "3", "image": "ok.png"})
+    jsonl("number.jsonl", {**ROW, "problem": 42})
+    jsonl("bare_base64.jsonl", {**ROW, "images": ["iVBORw0KGgo" + "A" * 80]})
+    jsonl("keep_data.jsonl", *[ROW] * 16)
+    (folder / "finished_run").mkdir()
+    (folder / "finished_run" / "vepo_run.json").write_text(json.dumps({"settings": {}}))
+    (folder / "finished_run" / "model.safetensors").write_bytes(b"")
+    (folder / "finished_run" / "trainer_state.json").write_text('{"global_step": 60, "log_history": []}')
+    (folder / "other_plots").mkdir()
+    (folder / "other_plots" / "rewards.png").write_bytes(b"\x89PNG")
+    (folder / "other_plots" / "plots.json").write_text(json.dumps({"runs": ["/elsewhere/run"]}))
+    text = Path(TINY).read_text()
+    (folder / "key_twice.yaml").write_text(text + "selection_ratio: 0.5\n")
+    (folder / "null_output_dir.yaml").write_text(
+        "\n".join("output_dir: null" if line.startswith("output_dir:") else line for line in text.splitlines()) + "\n"
+    )
     recipe = yaml.safe_load(Path(TINY).read_text())
     for key in ("dataset_name", "output_dir", "model_name_or_path", "selection_strategy", "perturbation", "run_name"):
         for kind, value in (("list", ["a", "b"]), ("mapping", {"a": 1}), ("null", None), ("bool", True)):
@@ -415,6 +553,16 @@ def _kind(label: str) -> str:
     return "train: one setting" if len(flags) == 1 else "train: settings combined"
 
 
+def _files(folder: Path) -> dict[str, tuple[int, int]]:
+    """(size, mtime) of every file the scratch folder held (the user's files a refused command must not touch)."""
+    stamps = {}
+    for path in folder.rglob("*"):
+        if path.is_file() and "cache" not in path.parts:
+            stat = path.stat()
+            stamps[str(path.relative_to(folder))] = (stat.st_size, stat.st_mtime_ns)
+    return stamps
+
+
 def run(command: list[str], folder: Path, env: dict) -> tuple[int, list[str], float]:
     start = time.perf_counter()
     result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
@@ -424,6 +572,9 @@ def run(command: list[str], folder: Path, env: dict) -> tuple[int, list[str], fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="", help="Run only the cases whose text contains this.")
+    parser.add_argument("--cases", default="all", choices=("all", "unread", "audit"),
+                        help="unread: every (command, option, mode that does not read it); audit: the newcomer "
+                        "audit's cases; all: those and every other case.")  # fmt: skip
     args = parser.parse_args()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     rows, refused_otherwise = [], []
@@ -437,17 +588,33 @@ def main() -> None:
             return f"vepo-trl {' '.join(repr(a) if not a or ' ' in a else a for a in argv)}"
 
         needles = {}
-        for argv, needle in command_cases():
+        generated = {"unread": unread_cases(), "audit": AUDIT_CASES}
+        generated["all"] = [*command_cases(), *generated["unread"], *generated["audit"]]
+        for argv, needle in generated[args.cases]:
             needles[label(argv)] = needle
-        cases = [(label(c), [sys.executable, "-m", "vepo_trl", *c]) for c in CLI_CASES + table_cases()]
-        cases += [(label(argv), [sys.executable, "-m", "vepo_trl", *argv]) for argv, _ in command_cases()]
+        cases = (
+            []
+            if args.cases != "all"
+            else [(label(c), [sys.executable, "-m", "vepo_trl", *c]) for c in CLI_CASES + table_cases()]
+        )
+        cases += [(label(argv), [sys.executable, "-m", "vepo_trl", *argv]) for argv, _ in generated[args.cases]]
+        # Warm the cache of TRL's declarations as a user's first run does (the early checks read it)
+        subprocess.run([sys.executable, "-m", "vepo_trl", "train", "--config", TINY, "--help-all"], cwd=folder,
+                       env=env, capture_output=True)  # fmt: skip
         # The API raises: the row shows the exception's own message (its lines), printed by a wrapper exiting 2
         wrap = "import sys\ntry:\n    {}\nexcept (ValueError, TypeError) as e:\n    print(f'{{type(e).__name__}}: {{e}}', file=sys.stderr)\n    sys.exit(2)"
-        cases += [(f"API: {label}", [sys.executable, "-c", wrap.format(code)]) for label, code in API_CASES]
+        if args.cases == "all":
+            cases += [(f"API: {label}", [sys.executable, "-c", wrap.format(code)]) for label, code in API_CASES]
+        replaced = []
         for label, command in cases:
             if args.only not in label:
                 continue
+            before = _files(folder)
             code, lines, seconds = run(command, folder, env)
+            after = _files(folder)
+            changed = [name for name, stamp in before.items() if name in after and after[name] != stamp]
+            if changed and code != 0:  # a refused run that still wrote over a file (a run that trains may)
+                replaced.append((label, changed))
             traceback = any(line.startswith("Traceback") for line in lines)
             shown = label.replace(str(REPO) + os.sep, "")
             last = lines[-1] if lines else ""
@@ -460,6 +627,17 @@ def main() -> None:
         mine = [row for row in rows if _kind(row[0]) == kind]
         print(f"| {kind} | {len(mine)} | {sum(r[1] == 2 for r in mine)} | {sum(r[1] == 2 and r[2] == 1 for r in mine)} "
               f"| {sum(r[4] for r in mine)} | {sum(r[1] == 0 for r in mine)} |")  # fmt: skip
+    print("\n| command | refusals | median s | max s |\n|---|---|---|---|")
+    for command in sorted({row[0].split()[1] for row in rows if not row[0].startswith("API")}):
+        times = sorted(row[3] for row in rows if row[1] == 2 and row[0].split()[1] == command)
+        if times:
+            print(f"| {command} | {len(times)} | {times[len(times) // 2]:.2f} | {times[-1]:.2f} |")
+    accepted = [row[0] for row in rows if row[0] in needles and row[1] == 0]
+    print(f"\n{len(accepted)} expected refusals accepted (exit 0); {len(replaced)} runs replaced a file:")
+    for label in accepted:
+        print(f"  accepted: {label}")
+    for label, changed in replaced:
+        print(f"  replaced: {label}: {changed}")
     seconds = sorted(row[3] for row in rows)
     one_line = sum(1 for row in rows if row[1] == 2 and row[2] == 1)
     print(

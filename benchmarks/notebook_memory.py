@@ -106,6 +106,8 @@ def main():
             overrides.update(use_cpu=True, bf16=False, max_completion_length=16, activation_checkpointing=False,
                              gradient_accumulation_steps=1)  # fmt: skip
             side = 112
+        for unread in ("save_steps", "save_total_limit"):  # save_strategy "no" here: settings it would never read
+            training_args.pop(unread, None)
         training_args = VEPOConfig(**{**training_args, **overrides})
         processor = build_processor()
         processor.image_processor.min_pixels = min(script_args.min_pixels, side * side)

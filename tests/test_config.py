@@ -98,6 +98,14 @@ def test_command_line_and_yaml(tmp_path):
         ({"noise_annealing": True, "noise_annealing_midpoint": 10}, None),
         ({"selection_strategy": "vepo_additive", "selection_alpha": 0.3, "selection_ratio": 0.4}, None),
         ({"selection_strategy": "entropy", "noise_step": 500, "perturbation_seed": 42}, None),  # defaults, the seed
+        ({"selection_strategy": "random", "perturbation_seed": 7}, None),  # seeds random's token draws
+        # TRL's and transformers' settings read only in some modes (validation.TRAIN_READS), from Python too
+        ({"vllm_gpu_memory_utilization": 0.5}, "vllm_gpu_memory_utilization"),
+        ({"use_vllm": True, "vllm_mode": "server", "vllm_gpu_memory_utilization": 0.5}, "vllm_gpu_memory_utilization"),
+        ({"save_strategy": "no", "save_steps": 5}, "save_steps"),
+        ({"save_strategy": "no", "save_on_each_node": True}, None),  # the final save reads it
+        ({"logging_strategy": "no", "logging_first_step": True}, None),  # logged whatever the strategy
+        ({"per_device_eval_batch_size": 4}, None),  # a caller's trainer.evaluate() reads it
     ],
 )
 def test_a_setting_the_run_never_reads_is_refused(kwargs, refused):

@@ -251,64 +251,8 @@ class VEPOConfig(GRPOConfig):
             self.perturbation_seed = self.seed
 
 
-# A registered function's keyword argument -> the VEPOConfig settings that feed it (`unread_settings`)
-STRATEGY_SETTINGS = {"ratio": ("selection_ratio",), "alpha": ("selection_alpha",)}
-PERTURBATION_SETTINGS = {
-    "noise_step": ("noise_step", "noise_annealing", "noise_annealing_coefficient", "noise_annealing_midpoint"),
-    "sigma": ("noise_sigma",),
-    "patch_probability": ("patch_probability",),
-}
-
-
-def unread_settings(args) -> dict[str, str]:
-    """The VEPO settings this run never reads, each with why, derived from the registries: a strategy reads the
-    settings its function takes (`SelectionStrategy.reads`), a perturbation likewise (`perturbation_reads`), and no
-    perturbation setting is read by a strategy without a perturbed pass. The model card and the report leave these
-    out; `check_settings_read` refuses one that was set."""
-    from .perturb import perturbation_reads
-    from .scoring import get_strategy
-
-    strategy = get_strategy(args.selection_strategy)
-    unread = {}
-    for keyword, names in STRATEGY_SETTINGS.items():
-        if keyword not in strategy.reads:
-            unread.update(dict.fromkeys(names, f"selection_strategy {strategy.name} does not read it"))
-    perturbation = (
-        "perturbation",
-        "perturbation_seed",
-        *(n for names in PERTURBATION_SETTINGS.values() for n in names),
-    )
-    if not strategy.needs_perturbed_pass:
-        unread.update(dict.fromkeys(perturbation, f"selection_strategy {strategy.name} runs no perturbed pass"))
-        return unread
-    reads = perturbation_reads(args.perturbation)
-    for keyword, names in PERTURBATION_SETTINGS.items():
-        if keyword not in reads:
-            unread.update(dict.fromkeys(names, f"perturbation {args.perturbation} does not read it"))
-    if "noise_step" in reads and not args.noise_annealing:
-        why = "noise_annealing is false (the noise step stays at noise_step)"
-        unread.update(dict.fromkeys(("noise_annealing_coefficient", "noise_annealing_midpoint"), why))
-    return unread
-
-
-def settings_reads() -> dict:
-    """When a run reads each setting that some runs do not (`validation.Reads`): the table of TRL's, transformers' and
-    the script's (`validation.TRAIN_READS`), and VEPO's strategy and perturbation settings as the registries say."""
-    from .perturb import PERTURBATIONS, perturbation_reads
-    from .validation import TRAIN_READS, registry_reads
-
-    deciders = ("selection_strategy", "perturbation", "noise_annealing")
-    table = {}
-    for name in ("perturbation", "perturbation_seed", *STRATEGY_SETTINGS.values(), *PERTURBATION_SETTINGS.values()):
-        names = (name,) if isinstance(name, str) else name
-        keyword = next((k for k, group in PERTURBATION_SETTINGS.items() if names == group), None)
-        # A run that reads them: VEPO with the first perturbation that takes the keyword (annealing on for its own)
-        perturbation = next(p for p in PERTURBATIONS if keyword is None or keyword in perturbation_reads(p))
-        for one in names:
-            table[one] = registry_reads(
-                one, deciders, ("vepo", perturbation, True if keyword == "noise_step" else None)
-            )
-    return {**TRAIN_READS, **table}
+# When a run reads each setting lives with the other rules (`validation`); the model card imports it from here
+from .validation import PERTURBATION_SETTINGS, STRATEGY_SETTINGS, settings_reads, unread_settings  # noqa: E402,F401
 
 
 def given_fields(config) -> list[str]:

@@ -89,7 +89,9 @@ def check_data_rows(path: str | Path) -> None:
                     continue
                 try:
                     row = json.loads(line, object_pairs_hook=_object_once)
-                except ValueError as error:
+                except json.JSONDecodeError as error:
+                    raise UsageError(f"cannot read {path}: line {number} is not valid JSON ({error.msg}).") from None
+                except ValueError as error:  # a key twice (`_object_once`)
                     raise UsageError(f"cannot read {path}: line {number}: {error}.") from None
                 if not isinstance(row, dict):
                     raise UsageError(f"cannot read {path}: line {number} is not a JSON object (one row per line).")

@@ -19,6 +19,7 @@ import typing
 from typing import Any, NoReturn
 
 from .errors import UsageError
+from .validation import flag_name
 
 
 def option(default: Any = None, help: str = "", *, rule, reads, group: str | None = None, positional: bool = False,
@@ -174,11 +175,6 @@ class OneLineParser(argparse.ArgumentParser):
             for action in self._actions
             for string in action.option_strings
         }
-
-
-def flag_name(token: str) -> str:
-    """The option a command-line word names, in its one spelling: `--max-steps=3` -> `max_steps`."""
-    return token[2:].split("=", 1)[0].replace("-", "_")
 
 
 def check_repeated(argv: list[str], repeatable: dict[str, bool] | None = None) -> None:

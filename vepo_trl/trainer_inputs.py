@@ -166,8 +166,8 @@ def check_packages(training_args) -> None:
 
     try:
         Trainer.get_optimizer_cls_and_kwargs(training_args)
-    except (ImportError, ValueError) as error:
-        if isinstance(error, ImportError) or "install" in str(error):
+    except (ImportError, ValueError, NotImplementedError) as error:  # NotImplemented: layer-wise GaLore under DDP
+        if not isinstance(error, ValueError) or "install" in str(error):
             raise UsageError(
                 f"--optim {getattr(training_args.optim, 'value', training_args.optim)}: {error}"
             ) from None

@@ -369,7 +369,7 @@ COMBINATIONS: list[Combination] = [
     ),
     Combination(
         ("reward_weights",),
-        lambda weights: any(float(w) != 0 for w in _as_list(weights)),
+        lambda weights: not _as_list(weights) or any(float(w) != 0 for w in _as_list(weights)),
         lambda weights: (
             f"--reward_weights {' '.join(str(w) for w in _as_list(weights))}: every weight is 0, so every reward "
             "and every advantage is 0 and the run cannot learn; give at least one reward a weight."
@@ -505,7 +505,7 @@ _EVAL_SET = Reads(("eval_dataset_name",), bool, "--eval_dataset_name (an evaluat
 _LAB, _SYNTHETIC = "lab", "synthetic"  # data.loaders' generated data sets (light here: no import)
 
 # `vepo-trl train` / `demo` / `VEPOConfig`: the settings of TRL, transformers and the script read only in some modes.
-# VEPO's strategy and perturbation settings follow the registries (`config.unread_settings`, added at check time).
+# VEPO's strategy and perturbation settings follow the registries (`unread_settings`, added by `settings_reads`).
 TRAIN_READS: dict[str, Reads] = {
     **dict.fromkeys(("vllm_mode", "vllm_structured_outputs_regex", "vllm_importance_sampling_correction"), _VLLM),
     **dict.fromkeys(("vllm_server_base_url", "vllm_server_timeout", "vllm_group_port"), _SERVER),
@@ -530,23 +530,24 @@ TRAIN_READS: dict[str, Reads] = {
         _IS_CORRECTION,
     ),  # fmt: skip
     "save_steps": _strategy_is("save_strategy", "steps", needs="--save_strategy steps"),
+    # (save_on_each_node is read by the final save too; logging_first_step and eval_on_start whatever the strategy;
+    # the evaluation's batch settings by a Python caller's trainer.evaluate(): always read)
     **dict.fromkeys(
-        ("save_total_limit", "save_only_model", "save_on_each_node"),
-        _strategy_is("save_strategy", needs="a --save_strategy other than no"),
+        ("save_total_limit", "save_only_model"), _strategy_is("save_strategy", needs="a --save_strategy other than no")
     ),  # fmt: skip
-    "logging_steps": _strategy_is("logging_strategy", "steps", needs="--logging_strategy steps"),
-    "logging_first_step": _strategy_is("logging_strategy", needs="a --logging_strategy other than no"),
-    "eval_steps": _strategy_is("eval_strategy", "steps", needs="--eval_strategy steps"),
-    **dict.fromkeys(
-        (
-            "eval_delay",
-            "eval_on_start",
-            "per_device_eval_batch_size",
-            "eval_accumulation_steps",
-            "num_generations_eval",
+    # transformers takes logging_steps as eval_steps where evaluation runs by steps without its own
+    "logging_steps": Reads(
+        ("logging_strategy", "eval_strategy", "eval_steps"),
+        lambda logging, evaluation, steps: (
+            _mode(logging) == "steps" or (_mode(evaluation) == "steps" and steps is None)
         ),
-        _strategy_is("eval_strategy", needs="an --eval_strategy other than no"),
+        "--logging_strategy steps (or --eval_strategy steps without --eval_steps)",
+        ("no", "no", None),
+        ("steps", "no", None),
     ),  # fmt: skip
+    **dict.fromkeys(
+        ("eval_steps", "eval_delay"), _strategy_is("eval_strategy", "steps", needs="--eval_strategy steps")
+    ),
     "max_eval_samples": _EVAL_SET,
     # hub_model_id is read without a push too: the model card's usage snippet names it
     **dict.fromkeys(("hub_strategy", "hub_private_repo", "hub_always_push", "hub_revision"), _PUSH),
@@ -587,13 +588,75 @@ TRAIN_READS: dict[str, Reads] = {
         ("min_pixels", "max_pixels"),
         Reads(
             ("dataset_name", "eval_dataset_name"),
-            lambda train, held: _LAB not in (train, held),
+            lambda train, held: not (train == _LAB and held in (None, "", _LAB)),
             "data other than dataset_name lab (which draws its images at the warm start's own size)",
             (_LAB, None),
             (_SYNTHETIC, None),
         ),
     ),  # fmt: skip
 }
+
+
+# VEPO's own settings, read as the registries say. A registered function's keyword argument -> the VEPOConfig settings
+# that feed it (`unread_settings`)
+STRATEGY_SETTINGS = {"ratio": ("selection_ratio",), "alpha": ("selection_alpha",)}
+PERTURBATION_SETTINGS = {
+    "noise_step": ("noise_step", "noise_annealing", "noise_annealing_coefficient", "noise_annealing_midpoint"),
+    "sigma": ("noise_sigma",),
+    "patch_probability": ("patch_probability",),
+}
+
+
+def unread_settings(args) -> dict[str, str]:
+    """The VEPO settings this run never reads, each with why, derived from the registries: a strategy reads the
+    settings its function takes (`SelectionStrategy.reads`), a perturbation likewise (`perturbation_reads`), and no
+    perturbation setting is read by a strategy without a perturbed pass. The model card and the report leave these
+    out; `check_read` refuses one that was set (`settings_reads`)."""
+    from .perturb import perturbation_reads
+    from .scoring import get_strategy
+
+    strategy = get_strategy(args.selection_strategy)
+    unread = {}
+    for keyword, names in STRATEGY_SETTINGS.items():
+        if keyword not in strategy.reads:
+            unread.update(dict.fromkeys(names, f"selection_strategy {strategy.name} does not read it"))
+    perturbation = (
+        "perturbation",
+        "perturbation_seed",
+        *(n for names in PERTURBATION_SETTINGS.values() for n in names),
+    )
+    if not strategy.needs_perturbed_pass:
+        unread.update(dict.fromkeys(perturbation, f"selection_strategy {strategy.name} runs no perturbed pass"))
+        if strategy.count == "random":  # its token draws are seeded by perturbation_seed (selection_pipeline)
+            unread.pop("perturbation_seed")
+        return unread
+    reads = perturbation_reads(args.perturbation)
+    for keyword, names in PERTURBATION_SETTINGS.items():
+        if keyword not in reads:
+            unread.update(dict.fromkeys(names, f"perturbation {args.perturbation} does not read it"))
+    if "noise_step" in reads and not args.noise_annealing:
+        why = "noise_annealing is false (the noise step stays at noise_step)"
+        unread.update(dict.fromkeys(("noise_annealing_coefficient", "noise_annealing_midpoint"), why))
+    return unread
+
+
+def settings_reads() -> dict:
+    """When a run reads each setting that some runs do not (`validation.Reads`): the table of TRL's, transformers' and
+    the script's (`validation.TRAIN_READS`), and VEPO's strategy and perturbation settings as the registries say."""
+    from .perturb import PERTURBATIONS, perturbation_reads
+
+    deciders = ("selection_strategy", "perturbation", "noise_annealing")
+    table = {}
+    for name in ("perturbation", "perturbation_seed", *STRATEGY_SETTINGS.values(), *PERTURBATION_SETTINGS.values()):
+        names = (name,) if isinstance(name, str) else name
+        keyword = next((k for k, group in PERTURBATION_SETTINGS.items() if names == group), None)
+        # A run that reads them: VEPO with the first perturbation that takes the keyword (annealing on for its own)
+        perturbation = next(p for p in PERTURBATIONS if keyword is None or keyword in perturbation_reads(p))
+        for one in names:
+            table[one] = registry_reads(
+                one, deciders, ("vepo", perturbation, True if keyword == "noise_step" else None)
+            )
+    return {**TRAIN_READS, **table}
 
 
 # The commands' own options (their declarations name these)
@@ -614,7 +677,7 @@ OWN_PROMPT = Reads(("image",), lambda image: image is not None, "--image", (None
 
 def registry_reads(name: str, deciders: tuple[str, str, str], read: tuple) -> Reads:
     """A strategy or perturbation setting (`name`, as `VEPOConfig` calls it), read as the registries say
-    (`config.unread_settings`). `deciders`: how the command calls the strategy, the perturbation and, for `inspect` /
+    (`unread_settings`). `deciders`: how the command calls the strategy, the perturbation and, for `inspect` /
     `analyze`, the recipe (`train`: noise_annealing), whose choice is judged where it is read; `read`: their values
     in a run that reads it."""
 
@@ -626,8 +689,6 @@ def registry_reads(name: str, deciders: tuple[str, str, str], read: tuple) -> Re
             return saved.get(name)
         from types import SimpleNamespace
 
-        from .config import unread_settings
-
         run = SimpleNamespace(selection_strategy=strategy, perturbation=perturbation, noise_annealing=annealing)
         return unread_settings(run).get(name)
 
@@ -637,6 +698,11 @@ def registry_reads(name: str, deciders: tuple[str, str, str], read: tuple) -> Re
         return run(strategy, perturbation, third) is None
 
     return Reads(deciders, test, run, ("full", None, None), read)
+
+
+def flag_name(token: str) -> str:
+    """The option a command-line word names, in its one spelling: `--max-steps=3` -> `max_steps`."""
+    return token[2:].split("=", 1)[0].replace("-", "_")
 
 
 # Set while a command parses (it checks the settings read with what was typed and what its recipe gave)
@@ -656,7 +722,7 @@ def check_read(reads: Mapping[str, Reads], values: Mapping[str, object], given: 
     typed = given if typed is None else set(typed)
     for name in [name for name in reads if name in given]:  # in the table's order: the same line every time
         rule = reads[name]
-        if rule.reads(values) is not False:
+        if values.get(name, "") is None or rule.reads(values) is not False:  # a recipe's null leaves it unset
             continue
         if name not in typed and any(decider in typed for decider in rule.deciders):
             continue
@@ -681,7 +747,15 @@ def troubleshooting_markdown() -> str:
         + c.message(*c.example)
         for c in COMBINATIONS
     ]
-    return "\n".join(["### Values", "", *rows, "", "### Settings that cannot go together", "", *combos]) + "\n"
+    reads = ["| setting | read only with |", "|---|---|"]
+    reads += [f"| `--{name}` | {rule.needs} |" for name, rule in TRAIN_READS.items()]
+    return "\n".join([
+        "### Values", "", *rows, "", "### Settings that cannot go together", "", *combos, "",
+        "### Settings a train run reads only in some modes", "",
+        "Given in another mode, each is refused in one line naming it (the strategy's and perturbation's settings follow "
+        "the registries: `vepo-trl strategies`; every other command's options state theirs in `--help`'s declaration).",
+        "", *reads,
+    ]) + "\n"  # fmt: skip
 
 
 def _show_example(value) -> str:
@@ -1006,20 +1080,22 @@ def precheck_declared(argv: list[str], recipe: Mapping | None, command: str) -> 
     it does not take, a reward name it does not know, a whole number given as other text, a given setting the run
     will not read. Before TRL, transformers or torch is imported; silent until the first full parse has saved them."""
     from .errors import UsageError
-    from .options import flag_name
 
     declared = early_declared()
     if declared is None:
         return
     options = {*declared["options"], "config", "help_all"}
+    negated = {f"no_{name}" for name in declared["options"]}  # TRL's `--no_X` for a flag that defaults to true
     for word in argv[: argv.index("--")] if "--" in argv else argv:
-        if word.startswith("--") and len(word) > 2 and flag_name(word) not in options:
+        if word.startswith("--") and len(word) > 2 and flag_name(word) not in options | negated:
             raise UsageError(f"unrecognized arguments: {word.split('=', 1)[0]} (not an option of vepo-trl {command}; "
                              f"vepo-trl {command} --help-all lists them).")  # fmt: skip
     unknown = [key for key in recipe or {} if key not in options and key != "env"]
     if unknown:
-        raise UsageError(f"--config: {unknown[0]!r} is not an option of vepo-trl {command}; vepo-trl {command} "
-                         "--help-all lists them.")  # fmt: skip
+        hint = (f" (a mapping kept for YAML anchors and `<<:` merges? name it x-{unknown[0]}: keys that start with x- "
+                "or . are skipped)" if isinstance(recipe[unknown[0]], Mapping) else
+                f"; vepo-trl {command} --help-all lists them")  # fmt: skip
+        raise UsageError(f"--config: {unknown[0]!r} is not an option of vepo-trl {command}{hint}.")
     text = {name: Rule("text", "") for name in options}
     given_values = values_from(argv, recipe, text)
     funcs = given_values.get("reward_funcs")
@@ -1038,7 +1114,9 @@ def precheck_declared(argv: list[str], recipe: Mapping | None, command: str) -> 
                     valid = (RANGES.get(name) or Rule("", saved_rules[name]["valid"])).valid
                     raise UsageError(f"--{name} {value!r}: text, must be {valid}.") from None
     typed = {flag_name(word) for word in argv if word.startswith("--") and len(word) > 2}
-    given = typed | set(recipe or {})
+    nulls = {name for name, value in given_values.items() if value is None}  # a recipe's `key: null`: left unset
+    typed = {name[3:] if name in negated and name[3:] in options else name for name in typed}
+    given = (typed | set(recipe or {})) - nulls
     values = {**declared["defaults"], **given_values}
     for name, value in given_values.items():  # a list, a mapping or null is the full parse's to say (its type)
         if value is None or isinstance(value, (list, tuple, Mapping)) and name != "reward_funcs":
@@ -1176,7 +1254,7 @@ def _type_rules_file():
     digest = hashlib.sha256(
         b"".join(
             (here / name).read_bytes()
-            for name in ("validation.py", "config.py", "train.py", "scoring.py", "perturb/registry.py")
+            for name in ("validation.py", "config.py", "train.py", "scoring.py", "perturb/registry.py", "rewards.py")
         )
     )
     key += "-" + digest.hexdigest()[:12]

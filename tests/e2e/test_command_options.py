@@ -889,3 +889,20 @@ def test_refusals_that_need_no_model_come_before_torch_is_imported(extra, tmp_pa
 
 def run_cache_path(tmp_path: Path) -> Path:
     return tmp_path / "cache"
+
+
+def test_trl_negated_flags_and_recipe_nulls_pass_the_early_check(tmp_path, capsys):
+    """TRL's `--no_X` for a flag that defaults to true, and a recipe's `key: null`, are not settings given and unread;
+    `--dataset_name paper_mix --eval_dataset_name lab` reads the bounds through its training data."""
+    place = Place(tmp_path)
+    assert run(["train", "--config", TINY_RECIPE, "--help-all"], capsys)[0] == 0  # saves the declarations
+    recipe = tmp_path / "nulls.yaml"
+    recipe.write_text(Path(TINY_RECIPE).read_text() + "hub_revision: null\nlora_target_modules: null\n")
+    for argv in (
+        ["--config", TINY_RECIPE, "--no_freeze_vision_tower"],
+        ["--config", str(recipe)],
+        ["--config", TINY_RECIPE, "--dataset_name", "synthetic", "--eval_dataset_name", "lab",
+         "--eval_strategy", "steps", "--eval_steps", "1", "--min_pixels", "3136"],
+    ):  # fmt: skip
+        code, err = run(["train", *argv, "--output_dir", str(place.root / "out")], capsys)
+        assert code == "reached", (argv, err)

@@ -37,8 +37,8 @@ def _not_installed() -> str:
 NOT_INSTALLED = _not_installed()
 ACCEPTED_AND_IGNORED = [
     # (f06) LoRA flags without --use_peft trained the whole model
-    (["--lora_r", "8", "--lora_target_modules", "q_proj"], "--lora_r is set but --use_peft is false"),
-    (["--lora_r", "16"], "--use_peft is false"),  # the default value, given: still ignored, still refused
+    (["--lora_r", "8", "--lora_target_modules", "q_proj"], "--lora_r 8 is set, and this run never reads it"),
+    (["--lora_r", "16"], "read only with --use_peft true"),  # the default value, given: still ignored, still refused
     # (f10) fp16 on the CPU trained in float32 and recorded fp16: true
     (["--fp16", "true"], "--fp16 true needs a GPU"),
     # (f14) save_steps 0 never saved
@@ -53,11 +53,14 @@ ACCEPTED_AND_IGNORED = [
     # (f27) an accelerate config given as the DeepSpeed config
     (["--deepspeed", str(REPO / "recipes" / "accelerate_configs" / "zero2.yaml")], "not a DeepSpeed JSON config"),
     # (f21) image bounds on data that has its own fixed size
-    (["--dataset_name", "lab", "--min_pixels", "1"], "dataset_name lab draws its images at the warm start's"),
+    (
+        ["--dataset_name", "lab", "--min_pixels", "1"],
+        "other than dataset_name lab (which draws its images at the warm start's own size)",
+    ),
     # (a newcomer, this stop) rows to generate, typed with a data file that generates none
     (
         ["--dataset_name", "rows.jsonl", "--synthetic_rows", "64"],
-        "--synthetic_rows 64: only dataset_name synthetic or lab",
+        "--synthetic_rows 64 is set, and this run never reads it (it is read only with dataset_name synthetic or lab",
     ),
     # (y25, y26) a second recipe
     (["--config", TINY_RECIPE], "--config is given twice"),

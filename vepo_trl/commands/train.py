@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 
 from ..errors import UsageError, check_output_folder
-from ..options import flag_name
+from ..validation import flag_name
 
 
 DEMO_RECIPE = "recipes/tiny.yaml"
@@ -102,7 +102,24 @@ def _split_equals(argv: list[str], *flags: str) -> list[str]:
 def _given(argv: list[str], recipe: dict | None) -> set[str]:
     """The option names the command line and the recipe set (what `check_nothing_ignored` holds to account)."""
     flags = {flag_name(arg) for arg in argv if arg.startswith("--") and len(arg) > 2}
+    # TRL's `--no_X` sets the flag X
+    flags = {name[3:] if name.startswith("no_") and name[3:] in _FIELDS else name for name in flags}
     return flags | set(recipe or {})
+
+
+class _Fields:
+    """The script's, VEPO's and TRL's model fields by name (read on first use: it imports TRL)."""
+
+    def __contains__(self, name: str) -> bool:
+        from trl import ModelConfig
+
+        from ..config import VEPOConfig
+        from ..train import VEPOScriptArguments
+
+        return any(name in cls.__dataclass_fields__ for cls in (VEPOScriptArguments, VEPOConfig, ModelConfig))
+
+
+_FIELDS = _Fields()
 
 
 def _parse(command: str, argv: list[str]):
@@ -245,12 +262,12 @@ def _save_field_rules() -> None:
 
     from trl import ModelConfig
 
-    from ..config import VEPOConfig, settings_reads, unread_settings
+    from ..config import VEPOConfig
     from ..perturb import PERTURBATIONS
     from ..rewards import REWARD_FUNCS
     from ..scoring import SELECTION_STRATEGIES
     from ..train import VEPOScriptArguments
-    from ..validation import rules_for, save_type_rules
+    from ..validation import rules_for, save_type_rules, settings_reads, unread_settings
 
     classes = (VEPOScriptArguments, VEPOConfig, ModelConfig)
     fields = {f.name: f for cls in classes for f in dataclasses.fields(cls) if f.init}

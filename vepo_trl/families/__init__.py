@@ -221,6 +221,10 @@ def check_family_inputs(
         family.check_inputs(processor, named, chat_template=chat_template, use_vllm=use_vllm)
 
 
+# Checkpoints of one model type that ship another type's processor (families/llava.py: Pixtral-in-LLaVA)
+SHARED_PROCESSORS = {"llava": {"PixtralProcessor"}}
+
+
 def check_processor_of(config, processor) -> None:
     """A processor made for another model (a Qwen3-VL processor with a Qwen2.5-VL model: another patch size, so
     features that do not fit the model) trains without a word: refused when transformers maps the model's type to
@@ -233,7 +237,7 @@ def check_processor_of(config, processor) -> None:
         return
     names = {cls.__name__ for cls in type(processor).__mro__}
     others = {name for name in PROCESSOR_MAPPING_NAMES.values() if isinstance(name, str)} - {expected}
-    if expected not in names and names & others:
+    if expected not in names and names & others - SHARED_PROCESSORS.get(model_type, set()):
         raise ValueError(
             f"processing_class is a {type(processor).__name__}, and the model is a {model_type} model, whose processor "
             f"is a {expected}: load the processor of the same checkpoint (AutoProcessor.from_pretrained(model_id))."

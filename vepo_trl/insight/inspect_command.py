@@ -42,6 +42,8 @@ def _inspect_source(args) -> str:
         raise UsageError(
             f"--output {args.output}: the page is HTML; name it .html (e.g. {Path(args.output).stem}.html)"
         )
+    if args.save_records and args.records and Path(args.save_records).resolve() == Path(args.records).resolve():
+        raise UsageError("--save_records is the --records file: the page renders it as it is; drop --save_records")
     if args.save_records:
         from .records import check_records_target
 

@@ -28,6 +28,8 @@ def _check_not_another_plot(output_dir: Path, runs) -> None:
     names = [f"{stem}.png" for stem, *_ in FIGURES] + ["overview.png"]
     if not any((output_dir / name).is_file() for name in names):
         return
+    if not (output_dir / PLOTS_RECORD).is_file():
+        return  # drawn before plot kept a record of its runs: nothing says whose they are
     try:
         drawn = json.loads((output_dir / PLOTS_RECORD).read_text()).get("runs")
     except (OSError, ValueError, AttributeError):

@@ -164,6 +164,7 @@ COMMAND_BASES = {
 PATH_VALUES = {
     "out_folder": ["afile", "dangling", "new/" + "n" * 300, "afile/below"],
     "out_file": ["keep", "afile/page.html", "new/" + "n" * 300 + "/p"],
+    "records_out": ["keep", "ok.png"],
     "in_file": ["nowhere.png", "keep"],
     "in_folder": ["nowhere", "afile"],
     "in_path": ["nowhere"],
@@ -280,7 +281,7 @@ TRAIN_VALUES = {"vllm_mode": "server", "vllm_structured_outputs_regex": "[0-9]+"
                 "lora_target_modules": "q_proj", "lora_target_parameters": "q_proj.weight",
                 "lora_modules_to_save": "lm_head", "lora_task_type": "CAUSAL_LM", "perturbation": "gaussian",
                 "min_pixels": "3136", "max_pixels": "1000000"}  # fmt: skip
-PATH_GOOD = {"out_folder": "new-out", "out_file": "new-out.html", "in_file": "ok.png", "in_folder": "keep",
+PATH_GOOD = {"out_folder": "new-out", "out_file": "new-out.html", "records_out": "new-records.jsonl", "in_file": "ok.png", "in_folder": "keep",
              "in_path": "keep", "text": "x", "model": "weightless", "url": "http://127.0.0.1:9/v1"}  # fmt: skip
 
 

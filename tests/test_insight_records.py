@@ -187,3 +187,18 @@ def test_marked_completion():
 def test_prompt_text_of_strings_and_conversations():
     assert prompt_text("hello") == "hello"
     assert prompt_text([{"role": "user", "content": "Find x."}]) == "Find x."
+
+
+def test_the_records_file_check_knows_a_records_fields():
+    """`files.RECORD_KEYS` (the light check a command's --save_records goes through) are the record's own fields."""
+    import dataclasses
+
+    from vepo_trl.files import RECORD_KEYS
+    from vepo_trl.insight.records import SelectionRecord
+
+    required = [
+        f.name
+        for f in dataclasses.fields(SelectionRecord)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    assert list(RECORD_KEYS) == required

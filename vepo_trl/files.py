@@ -118,6 +118,28 @@ def check_data_rows(path: str | Path) -> None:
         raise UsageError(f"cannot read {path}: {type(error).__name__}: {error}.") from None
 
 
+# A selection record's fields without a default (`insight.records.SelectionRecord`; a test keeps them equal)
+RECORD_KEYS = ("tokens", "token_ids", "entropy", "selected", "entropy_top_k", "strategy", "k", "alpha")
+
+
+def check_records_file(flag: str, path: str | Path) -> None:
+    """A file a command appends selection records to: new, empty, or a records file (its first row one record). Any
+    other file (the user's data, a page) is refused in one line, never replaced: records are only ever appended."""
+    path = Path(path).expanduser()
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    try:
+        with open(path, encoding="utf-8") as file:
+            row = json.loads(next((line for line in file if line.strip()), ""))
+    except (OSError, UnicodeDecodeError, ValueError):
+        row = None
+    if not (isinstance(row, dict) and set(RECORD_KEYS) <= row.keys()):
+        raise UsageError(
+            f"{flag} {path}: a file of another kind exists there (its first line is not a selection record); records "
+            "are appended to a records file and never replace another file: give a new file name."
+        )
+
+
 def file_problem(path: Path, builder: str) -> str | None:
     """What is wrong with a local data file that `datasets` failed on or read as empty; None if nothing is found."""
     if builder == "parquet":

@@ -308,6 +308,35 @@ def _reached(state: dict[str, Any], max_steps: int | None, num_train_epochs: flo
     return epochs >= num_train_epochs and state["global_step"] >= planned
 
 
+def check_resume_target(resume, max_steps: int | None) -> None:
+    """`resume_from_checkpoint` as given, before anything loads (the CLI's early check and `plan_run`): not empty
+    (TRL would read it as no resume and train from scratch); a path names a complete checkpoint a run saved, not a
+    run's finished folder, and not one already at `max_steps` (it would train nothing and report the other run's)."""
+    if not isinstance(resume, str):
+        return
+    if not resume.strip():
+        raise UsageError(
+            "resume_from_checkpoint is empty: give a checkpoint folder, or true (the output_dir's last checkpoint)."
+        )
+    if resume.strip().lower() in ("true", "last", "yes", "false", "no", "none"):
+        return
+    path = Path(resume).expanduser()
+    if not path.is_dir():
+        raise UsageError(f"resume_from_checkpoint {resume}: no such checkpoint folder.")
+    if read_record(path) is not None and not path.name.startswith("checkpoint-"):
+        raise UsageError(
+            f"resume_from_checkpoint {resume}: a run's folder (its finished model and report), not one of its "
+            f"checkpoints: name one of its checkpoint-* folders, or train into {resume} itself with its settings."
+        )
+    _checked(str(path), "name a checkpoint-* folder a run saved.")
+    done = finished_state_of(path, max_steps)
+    if done is not None:
+        raise UsageError(
+            f"resume_from_checkpoint {resume} is at step {done}, and max_steps {max_steps} asks for no more: nothing "
+            "would train. Give a larger --max_steps, or an earlier checkpoint."
+        )
+
+
 def finished_state_of(checkpoint: Path, max_steps: int | None) -> int | None:
     """The step of a checkpoint that has already trained `max_steps` (resuming it would train nothing), or None."""
     try:
@@ -351,10 +380,7 @@ def plan_run(
     (the folder's last checkpoint). Raises `UsageError` for a folder of another run and for an impossible resume.
     """
     folder = Path(output_dir).expanduser()
-    if isinstance(resume, str) and not resume.strip():  # TRL would read it as "no resume" and start from scratch
-        raise UsageError(
-            "resume_from_checkpoint is empty: give a checkpoint folder, or true (the output_dir's last checkpoint)."
-        )
+    check_resume_target(resume, max_steps)
     if isinstance(resume, str) and resume.strip().lower() in ("true", "last", "yes"):
         resume = True
     elif isinstance(resume, str) and resume.strip().lower() in ("false", "no", "none", ""):
@@ -413,22 +439,7 @@ def plan_run(
         note = f"{_incomplete_note(incomplete)}; " if incomplete else ""
         return RunPlan(last, f"{note}Resuming from {last} (step {_step(last)}), as asked.", incomplete=incomplete)
     if resume:
-        if not Path(resume).expanduser().is_dir():
-            raise UsageError(f"resume_from_checkpoint {resume}: no such checkpoint folder.")
-        path = Path(resume).expanduser()
-        if read_record(path) is not None and not path.name.startswith("checkpoint-"):
-            raise UsageError(
-                f"resume_from_checkpoint {resume}: a run's folder (its finished model and report), not one of its "
-                f"checkpoints: name one of its checkpoint-* folders, or train into {resume} itself with its settings."
-            )
-        _checked(str(path), "name a checkpoint-* folder a run saved.")
-        done = finished_state_of(path, max_steps)
-        if done is not None:
-            raise UsageError(
-                f"resume_from_checkpoint {resume} is at step {done}, and max_steps {max_steps} asks for no more: "
-                "nothing would train. Give a larger --max_steps, or an earlier checkpoint."
-            )
-        return RunPlan(str(resume), f"Resuming from {resume}, as asked.")
+        return RunPlan(str(resume), f"Resuming from {resume}, as asked.")  # checked (`check_resume_target`)
     if last is not None:
         if record is None:
             raise UsageError(

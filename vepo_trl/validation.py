@@ -66,22 +66,40 @@ def _names(*names, boolean=False) -> Rule:
 _PORT = _whole(_between(1, 65535), "a port number in 1..65535")
 
 
-def _selection_strategies():
-    from .scoring import SELECTION_STRATEGIES
+def _registry_names(field: str, module: str, load) -> Iterable[str]:
+    """A registry's names: the registry's own once its module is imported (a strategy registered at run time is
+    among them), else as a full parse saved them for these versions (no torch import for a command's parse)."""
+    import sys
 
-    return SELECTION_STRATEGIES
+    saved = None if module in sys.modules else _saved().get("rules", {}).get(field, {}).get("choices")
+    return tuple(saved) if saved else load()
+
+
+def _selection_strategies():
+    def load():
+        from .scoring import SELECTION_STRATEGIES
+
+        return SELECTION_STRATEGIES
+
+    return _registry_names("selection_strategy", "vepo_trl.scoring", load)
 
 
 def _perturbations():
-    from .perturb import PERTURBATIONS
+    def load():
+        from .perturb import PERTURBATIONS
 
-    return PERTURBATIONS
+        return PERTURBATIONS
+
+    return _registry_names("perturbation", "vepo_trl.perturb.registry", load)
 
 
 def _loss_types():
-    from .scoring import SUPPORTED_LOSS_TYPES
+    def load():
+        from .scoring import SUPPORTED_LOSS_TYPES
 
-    return SUPPORTED_LOSS_TYPES
+        return SUPPORTED_LOSS_TYPES
+
+    return _registry_names("loss_type", "vepo_trl.scoring", load)
 
 
 # The constraints the dataclasses' types do not carry. Whole-number rules refuse 1.5; number rules refuse NaN and
@@ -224,6 +242,8 @@ SEED = _whole(_between(0, 2**32 - 1), "a whole number in 0..2**32-1")
 FLAG = Rule("bool", "a flag")
 OUT_FOLDER = Rule("out_folder", "a folder that can be written", optional=True)
 OUT_FILE = Rule("out_file", "a file that can be written", optional=True)
+# A file records are appended to: new, or a records file (`files.check_records_file`)
+RECORDS_FILE = Rule("records_out", "a new file or a selection-records file to append to", optional=True)
 
 
 def path_rule(kind: str, valid: str, optional: bool = True) -> Rule:
@@ -244,8 +264,12 @@ def _check_path(flag: str, value, rule: Rule) -> None:
     if rule.kind == "out_folder":
         check_output_folder(flag, value)
         return
-    if rule.kind == "out_file":
+    if rule.kind in ("out_file", "records_out"):
         path = Path(value).expanduser()
+        if rule.kind == "records_out":
+            from .files import check_records_file
+
+            check_records_file(flag, path)
         if path.is_dir():
             raise UsageError(f"{flag} {value}: a folder of that name exists; give a file name.")
         check_output_folder(flag, path.parent if str(path.parent) else ".")
@@ -277,7 +301,7 @@ def check_options(rules: Mapping[str, Rule], options: Mapping[str, object], flag
         flag = flags.get(name, f"--{name}")
         values = value if isinstance(value, (list, tuple)) and rule.kind != "numbers" else [value]
         for item in values:
-            if rule.kind in ("out_folder", "out_file", "in_file", "in_folder", "in_path"):
+            if rule.kind in ("out_folder", "out_file", "records_out", "in_file", "in_folder", "in_path"):
                 _check_path(flag, item, rule)
             elif rule.kind in ("text", "model"):
                 if not str(item).strip():

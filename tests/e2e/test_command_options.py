@@ -125,6 +125,7 @@ class Place:
             "out_folder": [str(r / "afile.txt"), str(r / "dangling"), str(r / "new" / LONG_NAME),
                            str(r / "afile.txt" / "below")],
             "out_file": [str(r / "folder"), str(r / "afile.txt" / "below.html"), str(r / "new" / LONG_NAME / "p")],
+            "records_out": [str(r / "folder"), str(r / "afile.txt")],  # a file that holds no records
             "in_file": [str(r / "nowhere.png"), str(r / "folder")],
             "in_folder": [str(r / "nowhere"), str(r / "afile.txt")],
             "in_path": [str(r / "nowhere")],
@@ -138,6 +139,7 @@ class Place:
         return {
             "out_folder": str(r / "out"),
             "out_file": str(r / "out.html"),
+            "records_out": str(r / "records.jsonl"),
             "in_file": str(r / "image.png"),
             "in_folder": str(r / "folder"),
             "in_path": str(r / "run"),
@@ -173,7 +175,7 @@ def good_number(rule) -> str | None:
     return None
 
 
-PATH_KINDS = ("out_folder", "out_file", "in_file", "in_folder", "in_path", "text", "model", "url")
+PATH_KINDS = ("out_folder", "out_file", "records_out", "in_file", "in_folder", "in_path", "text", "model", "url")
 # What a command needs to parse at all (its positional or required options)
 REQUIRED = {"plot": ["RUN"], "analyze": ["--dataset", "synthetic"]}
 

@@ -8,7 +8,7 @@ import argparse
 from dataclasses import dataclass
 
 from ..options import option, parser_for
-from ..validation import ALWAYS, OUT_FILE, TEXT, Rule, at_least, path_rule, whole
+from ..validation import ALWAYS, RECORDS_FILE, TEXT, Rule, at_least, path_rule, whole
 from .insight_options import ModelOptions, ResponseOptions, SettingsOptions
 
 
@@ -40,8 +40,8 @@ class AnalyzeOptions(ResponseOptions, SettingsOptions, ModelOptions, AnalyzeData
     output_dir: str = option(
         "vepo-analysis", "", reads=ALWAYS, rule=path_rule("out_folder", "a folder that can be written", False)
     )
-    save_records: str | None = option(None, "Also save every response's selection records (JSON Lines) here.",
-                                      reads=ALWAYS, rule=OUT_FILE)  # fmt: skip
+    save_records: str | None = option(None, "Also save every response's selection records (JSON Lines) here; appended to a records file that exists.",
+                                      reads=ALWAYS, rule=RECORDS_FILE)  # fmt: skip
 
 
 def make_parser() -> argparse.ArgumentParser:

@@ -15,6 +15,7 @@ from ..validation import (
     OUT_FILE,
     OWN_PROMPT,
     RANGES,
+    RECORDS_FILE,
     RUNS_MODEL,
     TEXT,
     at_least,
@@ -70,7 +71,7 @@ class InspectOptions(ResponseOptions, SettingsOptions, ModelOptions, InspectSour
     output: str | None = option(
         None, f"The HTML page to write (default: {DEFAULT_PAGE}, or {DEFAULT_PAGE.replace('.html', '-2.html')}, ... "
         "when an earlier page has that name: a page is replaced only when named).", reads=ALWAYS, rule=OUT_FILE, group="output")  # fmt: skip
-    save_records: str | None = option(None, "Also save the selection records (JSON Lines) here.", reads=ALWAYS, rule=OUT_FILE,
+    save_records: str | None = option(None, "Also save the selection records (JSON Lines) here; appended to a records file that exists.", reads=ALWAYS, rule=RECORDS_FILE,
                                       group="output")  # fmt: skip
     title: str | None = option(None, "", reads=ALWAYS, rule=TEXT, group="output")
 

@@ -161,6 +161,13 @@ def _parse(command: str, argv: list[str]):
         for value in values_from(argv, recipe, {"dataset_name": TEXT, "eval_dataset_name": TEXT}).values():
             if isinstance(value, str) and value.strip():
                 check_data_rows(value)
+        # The checkpoint named to resume from, as plan_run checks it (it runs minutes later, after TRL's import)
+        resume = values_from(argv, recipe, {"resume_from_checkpoint": TEXT, "max_steps": TEXT})
+        if "resume_from_checkpoint" in resume:
+            from ..run_folder import check_resume_target
+
+            steps = str(resume.get("max_steps", "")).strip()
+            check_resume_target(resume["resume_from_checkpoint"], int(steps) if steps.lstrip("-").isdigit() else None)
         # The folder the run writes, through the same check as every command's (before TRL is imported)
         given_folder = values_from(argv, recipe, {"output_dir": OUT_FOLDER})
         folder = given_folder.get("output_dir")

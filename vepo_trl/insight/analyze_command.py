@@ -32,10 +32,6 @@ def analyze_main(args) -> None:
     model_name = _check_model(args.model or recipe.get("model_name_or_path"))
     check_device(args.device)
     check_data_rows(args.dataset)  # its format and schema, before a model or an image loads
-    if args.save_records:
-        from .records import check_records_target
-
-        check_records_target("--save_records", args.save_records)
     settings = _settings(args, recipe)
     # --output_dir, --limit and --ratios went through the option table as they were parsed
     bounds = _pixel_bounds(args, recipe)

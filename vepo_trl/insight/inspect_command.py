@@ -44,10 +44,6 @@ def _inspect_source(args) -> str:
         )
     if args.save_records and args.records and Path(args.save_records).resolve() == Path(args.records).resolve():
         raise UsageError("--save_records is the --records file: the page renders it as it is; drop --save_records")
-    if args.save_records:
-        from .records import check_records_target
-
-        check_records_target("--save_records", args.save_records)
     if source == "dataset":
         check_data_rows(args.dataset)  # its format and schema, before a model or an image loads
     if source == "image":

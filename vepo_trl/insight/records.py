@@ -16,7 +16,7 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -142,28 +142,6 @@ def save_records(path: str | os.PathLike, records: Sequence[SelectionRecord], *,
         for record in records:
             f.write(json.dumps(record.to_dict(), ensure_ascii=False, separators=(",", ":")) + "\n")
     return path
-
-
-def check_records_target(flag: str, path: str | os.PathLike) -> None:
-    """A file a command appends selection records to: new, empty, or a records file (its first row one record). Any
-    other file (the user's data, a page) is refused in one line, never replaced: records are only ever appended."""
-    from ..errors import UsageError
-
-    path = Path(path)
-    if not path.is_file() or path.stat().st_size == 0:
-        return
-    try:
-        with open(path, encoding="utf-8") as file:
-            first = next((line for line in file if line.strip()), "")
-        row = json.loads(first)
-    except (OSError, UnicodeDecodeError, ValueError):
-        row = None
-    required = {f.name for f in fields(SelectionRecord) if f.default is MISSING and f.default_factory is MISSING}
-    if not (isinstance(row, dict) and required <= row.keys()):
-        raise UsageError(
-            f"{flag} {path}: a file of another kind exists there (its first line is not a selection record); records "
-            "are appended to a records file and never replace another file: give a new file name."
-        )
 
 
 def load_records(path: str | os.PathLike) -> list[SelectionRecord]:

@@ -15,7 +15,7 @@ import json
 import os
 from pathlib import Path
 
-from .errors import UsageError, check_output_folder
+from .errors import UsageError
 from .local_models import (
     LAB_DATASET,
     SYNTHETIC_DATASET,
@@ -28,7 +28,7 @@ from .local_models import (
     resolve_model_name,
 )
 from .rewards import get_reward_funcs
-from .run_folder import check_folder_owner, foreign_card
+from .run_folder import check_train_folder
 from .trainer_inputs import check_packages
 from .validation import check_combinations, check_object, rules_for
 
@@ -224,21 +224,6 @@ def check_first_step_fits(model_id: str, model_args, training_args, dataset, ima
         )
 
 
-def check_output_dir(output_dir: str | None) -> None:
-    """An output folder that can be written: not empty, not a file, in a writable place."""
-    if output_dir is None or not str(output_dir).strip():
-        raise UsageError("output_dir is empty: give the folder the model and its report go to (--output_dir run1).")
-    check_output_folder("output_dir", output_dir)
-    check_folder_owner("output_dir", output_dir, "train")
-    path = Path(output_dir).expanduser()
-    readme = foreign_card(path)
-    if readme is not None:
-        raise UsageError(
-            f"output_dir {output_dir} holds a {readme.name} that vepo-trl did not write, and the run's model card "
-            "would replace it: choose another --output_dir (or move the file)."
-        )
-
-
 def _check_values(script_args, training_args, model_args) -> None:
     """The script's and the model's values against their rules (`vepo_trl.validation`; VEPOConfig checks its own when
     built), and the constraints that join the three."""
@@ -338,11 +323,14 @@ def _hub_dataset_cached(repo_id: str) -> bool:
     return hub.is_dir() or prepared.is_dir()
 
 
-def check_arguments(script_args, training_args, model_args, given=(), typed=()) -> None:
+def check_arguments(script_args, training_args, model_args, given=None, typed=None, *, folder_checked=False) -> None:
     """Everything that can be checked without loading anything: model, rewards, data names and values, settings that
     would be ignored, the output folder, the Hub when a name needs it. Raises `UsageError`. `given`: the option names
-    the command line and recipe set, `typed` the command line's alone (`check_nothing_ignored`)."""
-    check_output_dir(training_args.output_dir)
+    the command line and recipe set, `typed` the command line's alone (`check_nothing_ignored`; None: a Python
+    caller's, the fields set to other than their defaults). `folder_checked`: the CLI checked the output folder as it
+    parsed (`run_folder.check_train_folder`), so it is not checked again."""
+    if not folder_checked:
+        check_train_folder(training_args.output_dir)
     try:
         get_reward_funcs(script_args.reward_funcs)
     except ValueError as error:

@@ -234,6 +234,20 @@ def folder_owner(folder: str | Path) -> str | None:
     return None
 
 
+def check_train_folder(output_dir: str | None) -> None:
+    """A training run's output folder, checked once: not empty, a folder that can be written (`check_folder_owner`:
+    its state, then no other command's folder), and no README.md of the user's that the model card would replace."""
+    if output_dir is None or not str(output_dir).strip():
+        raise UsageError("output_dir is empty: give the folder the model and its report go to (--output_dir run1).")
+    check_folder_owner("output_dir", output_dir, "train")
+    readme = foreign_card(Path(output_dir).expanduser())
+    if readme is not None:
+        raise UsageError(
+            f"output_dir {output_dir} holds a {readme.name} that vepo-trl did not write, and the run's model card "
+            "would replace it: choose another --output_dir (or move the file)."
+        )
+
+
 def check_folder_owner(flag: str, folder: str | Path, command: str) -> None:
     """Refuse (one line) an output folder that holds another command's results: this command's files would replace
     or mix with them; before that, the folder's own state (`errors.check_output_folder`: a file, a dangling link, too

@@ -10,7 +10,7 @@ import time
 import warnings
 from pathlib import Path
 
-from ..errors import UsageError, check_output_folder
+from ..errors import UsageError
 from ..validation import flag_name
 
 
@@ -176,12 +176,10 @@ def _parse(command: str, argv: list[str]):
                 "output_dir is null (unset): give the folder the model and its report go to (TRL would write to "
                 "trainer_output/ in the working folder)."
             )
-        if folder is not None:
-            if not str(folder).strip():
-                raise UsageError(
-                    "output_dir is empty: give the folder the model and its report go to (--output_dir run1)."
-                )
-            check_output_folder("output_dir", str(folder))
+        if folder is not None:  # once: check_arguments does not check it again
+            from ..run_folder import check_train_folder
+
+            check_train_folder(str(folder))
     except ValueError as error:
         _fail(command, str(error))
     from ..preflight import check_arguments
@@ -236,7 +234,7 @@ def _parse(command: str, argv: list[str]):
             # TRL's own default (gradient_checkpointing) trips a transformers deprecation warning the user cannot act on
             warnings.simplefilter("ignore", FutureWarning)
             args = parser.parse_args_and_config(argv)
-        check_arguments(*args, given=_given(argv, recipe), typed=_given(argv, None))
+        check_arguments(*args, given=_given(argv, recipe), typed=_given(argv, None), folder_checked=folder is not None)
         CHECKED[id(args[1])] = args[1]  # once: `train.main` takes them as checked
     except (ValueError, TypeError) as error:
         _fail(command, " ".join(str(error).split()))

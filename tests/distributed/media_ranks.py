@@ -62,7 +62,14 @@ def main(output: str, model_dir: str, mode: str) -> None:
     dist.all_gather_object(gathered, report)
     if rank == 0:
         Path(output, "report.json").write_text(json.dumps(gathered))
+    # Every rank leaves together: one that ends its process group while the other still runs gloo's threads aborts
+    # ("terminate called without an active exception", SIGABRT)
+    dist.barrier()
     dist.destroy_process_group()
+    # FSDP2's gloo work threads can still be torn down at interpreter exit and abort the process (SIGABRT) after the
+    # report is written: leave without that teardown
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

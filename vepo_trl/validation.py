@@ -729,6 +729,13 @@ def flag_name(token: str) -> str:
     return token[2:].split("=", 1)[0].replace("-", "_")
 
 
+def named_options(argv: list[str], options) -> set[str]:
+    """The options the command-line words name, each in its one spelling: `--max-steps` is `max_steps`, and TRL's
+    `--no_X` (for a flag that defaults to true) is `X`, where `X` is one of `options`."""
+    names = {flag_name(word) for word in argv if word.startswith("--") and len(word) > 2}
+    return {name[3:] if name.startswith("no_") and name[3:] in options else name for name in names}
+
+
 # Set while a command parses (it checks the settings read with what was typed and what its recipe gave)
 READS_CHECKED_BY_COMMAND = contextvars.ContextVar("reads_checked_by_command", default=False)
 
@@ -1137,9 +1144,8 @@ def precheck_declared(argv: list[str], recipe: Mapping | None, command: str) -> 
                 if str(value).strip().lower() not in ("none", "null"):
                     valid = (RANGES.get(name) or Rule("", saved_rules[name]["valid"])).valid
                     raise UsageError(f"--{name} {value!r}: text, must be {valid}.") from None
-    typed = {flag_name(word) for word in argv if word.startswith("--") and len(word) > 2}
+    typed = named_options(argv, options)
     nulls = {name for name, value in given_values.items() if value is None}  # a recipe's `key: null`: left unset
-    typed = {name[3:] if name in negated and name[3:] in options else name for name in typed}
     given = (typed | set(recipe or {})) - nulls
     values = {**declared["defaults"], **given_values}
     for name, value in given_values.items():  # a list, a mapping or null is the full parse's to say (its type)
@@ -1261,19 +1267,18 @@ def recipe_values(recipe: Mapping, annotations: Mapping[str, object]) -> dict:
 # a mistyped `--bf16 maybe` or `--past_index 1.5` in a fraction of a second. Without the file only `RANGES` is early.
 
 
-def _type_rules_file():
+@functools.cache
+def _declarations_key() -> str | None:
+    """The versions that define the fields, and a digest of the modules declaring vepo_trl's own (an editable install
+    changes them without a version): computed once a process."""
+    import hashlib
     from importlib.metadata import PackageNotFoundError, version
     from pathlib import Path
-
-    from .utils import cache_root
 
     try:
         key = "-".join(version(name) for name in ("trl", "transformers", "vepo-trl"))
     except PackageNotFoundError:
         return None
-    # The modules declaring vepo_trl's own fields and rules too: an editable install changes them without a version
-    import hashlib
-
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256(
         b"".join(
@@ -1281,14 +1286,21 @@ def _type_rules_file():
             for name in ("validation.py", "config.py", "train.py", "scoring.py", "perturb/registry.py", "rewards.py")
         )
     )
-    key += "-" + digest.hexdigest()[:12]
-    return cache_root() / f"field-rules-{key}.json"
+    return key + "-" + digest.hexdigest()[:12]
 
 
-def save_type_rules(rules: Mapping[str, Rule], declared: Mapping[str, object] | None = None) -> None:
+def _type_rules_file():
+    from .utils import cache_root
+
+    key = _declarations_key()
+    return None if key is None else cache_root() / f"field-rules-{key}.json"
+
+
+def save_type_rules(rules: Mapping[str, Rule], declared: Callable[[], Mapping[str, object]] | None = None) -> None:
     """Write the rules `RANGES` does not hold (their kind, whether unset passes, the choices) for `early_rules`, and
     what else the early check reads (`early_declared`): every option's name, the defaults of the settings that decide
-    whether another is read, the registries' reads and the reward names."""
+    whether another is read, the registries' reads and the reward names. `declared` is called only where the file is
+    still to be written."""
     import json
     import os
 
@@ -1306,10 +1318,14 @@ def save_type_rules(rules: Mapping[str, Rule], declared: Mapping[str, object] | 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps({"rules": table, "declared": dict(declared or {})}, sort_keys=True))
+        saved = {"rules": table, "declared": dict(declared() if declared is not None else {})}
+        temporary.write_text(json.dumps(saved, sort_keys=True))
         temporary.replace(path)
     except (OSError, TypeError, ValueError):  # a read-only cache, a default JSON cannot hold: the early check is less
         pass
+
+
+_SAVED: dict = {}  # the saved file as read, by path and modification time (every registry check reads it)
 
 
 def _saved() -> dict:
@@ -1317,10 +1333,17 @@ def _saved() -> dict:
 
     path = _type_rules_file()
     try:
-        saved = json.loads(path.read_text()) if path is not None and path.is_file() else {}
-    except (OSError, ValueError):
-        saved = {}
-    return saved if isinstance(saved, dict) else {}
+        stamp = (path, path.stat().st_mtime_ns)
+    except (AttributeError, OSError):  # no key, or not saved yet
+        return {}
+    if stamp not in _SAVED:
+        try:
+            saved = json.loads(path.read_text())
+        except (OSError, ValueError):
+            saved = {}
+        _SAVED.clear()
+        _SAVED[stamp] = saved if isinstance(saved, dict) else {}
+    return _SAVED[stamp]
 
 
 def early_declared() -> dict | None:

@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 
 from ..errors import UsageError
-from ..validation import flag_name
+from ..validation import named_options
 
 
 DEMO_RECIPE = "recipes/tiny.yaml"
@@ -99,27 +99,9 @@ def _split_equals(argv: list[str], *flags: str) -> list[str]:
     return out
 
 
-def _given(argv: list[str], recipe: dict | None) -> set[str]:
+def _given(argv: list[str], recipe: dict | None, options) -> set[str]:
     """The option names the command line and the recipe set (what `check_nothing_ignored` holds to account)."""
-    flags = {flag_name(arg) for arg in argv if arg.startswith("--") and len(arg) > 2}
-    # TRL's `--no_X` sets the flag X
-    flags = {name[3:] if name.startswith("no_") and name[3:] in _FIELDS else name for name in flags}
-    return flags | set(recipe or {})
-
-
-class _Fields:
-    """The script's, VEPO's and TRL's model fields by name (read on first use: it imports TRL)."""
-
-    def __contains__(self, name: str) -> bool:
-        from trl import ModelConfig
-
-        from ..config import VEPOConfig
-        from ..train import VEPOScriptArguments
-
-        return any(name in cls.__dataclass_fields__ for cls in (VEPOScriptArguments, VEPOConfig, ModelConfig))
-
-
-_FIELDS = _Fields()
+    return named_options(argv, options) | set(recipe or {})
 
 
 def _parse(command: str, argv: list[str]):
@@ -234,7 +216,8 @@ def _parse(command: str, argv: list[str]):
             # TRL's own default (gradient_checkpointing) trips a transformers deprecation warning the user cannot act on
             warnings.simplefilter("ignore", FutureWarning)
             args = parser.parse_args_and_config(argv)
-        check_arguments(*args, given=_given(argv, recipe), typed=_given(argv, None), folder_checked=folder is not None)
+        given, typed = _given(argv, recipe, options), _given(argv, None, options)
+        check_arguments(*args, given=given, typed=typed, folder_checked=folder is not None)
         CHECKED[id(args[1])] = args[1]  # once: `train.main` takes them as checked
     except (ValueError, TypeError) as error:
         _fail(command, " ".join(str(error).split()))
@@ -275,22 +258,25 @@ def _save_field_rules() -> None:
     from ..validation import rules_for, save_type_rules, settings_reads, unread_settings
 
     classes = (VEPOScriptArguments, VEPOConfig, ModelConfig)
-    fields = {f.name: f for cls in classes for f in dataclasses.fields(cls) if f.init}
-    deciders = {name for reads in settings_reads().values() for name in reads.deciders}
-    defaults = {}
-    for name in deciders & set(fields):
-        field = fields[name]
-        default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
-        defaults[name] = getattr(default, "value", default)
-    unread = {
-        f"{strategy}|{perturbation}|{annealing}": unread_settings(
-            SimpleNamespace(selection_strategy=strategy, perturbation=perturbation, noise_annealing=annealing)
-        )
-        for strategy in SELECTION_STRATEGIES
-        for perturbation in PERTURBATIONS
-        for annealing in (True, False)
-    }
-    declared = {"options": sorted(fields), "defaults": defaults, "unread": unread, "rewards": sorted(REWARD_FUNCS)}
+
+    def declared() -> dict:  # only where the cache does not hold them yet
+        fields = {f.name: f for cls in classes for f in dataclasses.fields(cls) if f.init}
+        deciders = {name for reads in settings_reads().values() for name in reads.deciders}
+        defaults = {}
+        for name in deciders & set(fields):
+            field = fields[name]
+            default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+            defaults[name] = getattr(default, "value", default)
+        unread = {
+            f"{strategy}|{perturbation}|{annealing}": unread_settings(
+                SimpleNamespace(selection_strategy=strategy, perturbation=perturbation, noise_annealing=annealing)
+            )
+            for strategy in SELECTION_STRATEGIES
+            for perturbation in PERTURBATIONS
+            for annealing in (True, False)
+        }
+        return {"options": sorted(fields), "defaults": defaults, "unread": unread, "rewards": sorted(REWARD_FUNCS)}
+
     save_type_rules(rules_for(*classes), declared)
 
 

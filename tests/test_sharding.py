@@ -254,7 +254,7 @@ def _fsdp2_optimizer_load(tmp_path, optimizer, kind):
 def test_upstream_fsdp2_cannot_load_a_full_state_dict_of_an_optimizer_without_state(tmp_path):
     """torch (2.14) raises "Expected device to be set" loading plain SGD's full-state optimizer dict under FSDP2:
     what resuming an FSDP2 run with FULL_STATE_DICT checkpoints does, so VEPOConfig refuses that combination
-    (sharding.unresumable_fsdp2_optimizer). When this test fails, torch loads it: lift the refusal."""
+    (its row in validation.COMBINATIONS). When this test fails, torch loads it: lift the refusal."""
     assert _fsdp2_optimizer_load(tmp_path, "sgd", "full") == [
         "rank 0 failed: AssertionError: Expected device to be set",
         "rank 1 failed: AssertionError: Expected device to be set",

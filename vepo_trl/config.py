@@ -239,11 +239,11 @@ class VEPOConfig(GRPOConfig):
             # GRPOConfig would turn an unset bf16 into True, which TrainingArguments then rejects on a CPU
             self.bf16 = not self.fp16 and not self.use_cpu and _hardware_supports_bf16()
         super().__post_init__()
-        from .sharding import unresumable_fsdp2_optimizer
+        from .sharding import fsdp_facts
+        from .validation import READS_CHECKED_BY_COMMAND, check_combinations, check_read
 
-        if problem := unresumable_fsdp2_optimizer(self):
-            raise ValueError(problem)
-        from .validation import READS_CHECKED_BY_COMMAND, check_read
+        if facts := fsdp_facts(self):  # the rules on how the built run shards (`validation.FACTS`)
+            check_combinations({**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, **facts})
 
         if not READS_CHECKED_BY_COMMAND.get():  # the CLI checks them with what was typed and what a recipe gave
             check_read(settings_reads(), {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, given)

@@ -60,8 +60,10 @@ def _hub_connect_problem() -> str | None:
     return None
 
 
-def check_hub_push(token: str | None = None) -> None:
-    """A push needs the Hub and a token: a `UsageError` saying which is missing, before anything loads."""
+def check_hub_push(token: str | None = None, repo_id: str | None = None) -> None:
+    """A push needs the Hub and a token, and (`repo_id`: a card pushed to a model's repo) the repo must exist, so a
+    mistyped id does not create a new public repo holding only a card: a `UsageError` saying what is missing, before
+    anything loads (and again before the push)."""
     from huggingface_hub import get_token
 
     reason = None
@@ -78,6 +80,17 @@ def check_hub_push(token: str | None = None) -> None:
             "push_to_hub is on, but no Hugging Face token is set: log in (`hf auth login`), set HF_TOKEN, or pass "
             "--hub_token."
         )
+    if repo_id is None:
+        return
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    try:
+        HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token).repo_info(repo_id)
+    except RepositoryNotFoundError:
+        raise UsageError(f"--hub_model_id {repo_id}: no such model repo on the Hub; push the model first.") from None
+    except HfHubHTTPError as error:
+        raise UsageError(f"--hub_model_id {repo_id}: the Hub answered {error.response.status_code}.") from None
 
 
 def _cached_file(repo_id: str, filename: str, repo_type: str = "model", revision: str | None = None) -> str | None:

@@ -150,7 +150,7 @@ class OneLineParser(argparse.ArgumentParser):
         flags = {field.name: flag_of(field) for field in dataclasses.fields(self.declaration)}
         given = {flag_name(token) for token in argv if token.startswith("--") and len(token) > 2}
         try:
-            check_options(self.rules, vars(parsed), flags)
+            check_options(self.rules, vars(parsed), flags, self.prog.split()[-1])
             check_read(declared_reads(self.declaration), vars(parsed), given)
         except UsageError as error:
             self.error(str(error))

@@ -224,25 +224,6 @@ def check_first_step_fits(model_id: str, model_args, training_args, dataset, ima
         )
 
 
-def _check_values(script_args, training_args, model_args) -> None:
-    """The script's and the model's values against their rules (`vepo_trl.validation`; VEPOConfig checks its own when
-    built), and the constraints that join the three."""
-    try:
-        check_object(script_args, rules_for(type(script_args)))
-        check_object(model_args, rules_for(type(model_args)))
-        check_combinations(
-            {
-                "reward_weights": training_args.reward_weights,
-                "reward_funcs": script_args.reward_funcs,
-                "sync_ref_model": training_args.sync_ref_model,
-                "use_peft": model_args.use_peft,
-                **pixel_bounds(script_args, script_args.dataset_name),
-            }
-        )
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-
-
 def pixel_bounds(script_args, dataset_name: str | None) -> dict[str, int]:
     """The image bounds a data set is loaded with: those given, else the data set's own defaults."""
     from .data.loaders import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
@@ -252,48 +233,6 @@ def pixel_bounds(script_args, dataset_name: str | None) -> dict[str, int]:
         "min_pixels": script_args.min_pixels if script_args.min_pixels is not None else low,
         "max_pixels": script_args.max_pixels if script_args.max_pixels is not None else high,
     }
-
-
-def check_nothing_ignored(script_args, training_args, model_args, given=None, typed=None) -> None:
-    """Every setting the run was given takes effect, or is refused here in one line naming it and what would make it
-    read (`config.settings_reads`, the one table). `given`: the names the command line or recipe set (the CLI's; the
-    Python API compares with the defaults instead); `typed`: those of the command line alone."""
-    from .config import given_fields, settings_reads
-    from .validation import check_read
-
-    if given is None:
-        given = {name for args in (script_args, training_args, model_args) for name in given_fields(args)}
-        if training_args.perturbation_seed == training_args.seed:  # the seed it defaults to
-            given.discard("perturbation_seed")
-    values = {}
-    for args in (model_args, training_args, script_args):  # the script's eval_dataset_name etc. win, as they are read
-        values.update({f.name: getattr(args, f.name) for f in dataclasses.fields(args)})
-    check_read(settings_reads(), values, given, typed)
-    if training_args.fp16 and training_args.device.type == "cpu":
-        raise UsageError(
-            "--fp16 true needs a GPU, and this run is on the CPU (use_cpu, or none visible), where it would train in "
-            "float32: drop --fp16 (--bf16 runs on the CPU)."
-        )
-    if training_args.torch_compile and training_args.device.type == "cpu":
-        raise UsageError(
-            "--torch_compile true on the CPU compiles for minutes before the first step, and Ctrl-C cannot stop it "
-            "while it does; drop it here (it pays off on a GPU)."
-        )
-    if _value(training_args.eval_strategy) != "no" and not script_args.eval_dataset_name:
-        raise UsageError(
-            f"--eval_strategy {_value(training_args.eval_strategy)} evaluates on an evaluation set, and none is "
-            "given: add --eval_dataset_name (e.g. geometry3k, or a local file), or drop --eval_strategy."
-        )
-    if script_args.eval_dataset_name and _value(training_args.eval_strategy) == "no":
-        raise UsageError(
-            f"--eval_dataset_name {script_args.eval_dataset_name} is never used with eval_strategy 'no': add "
-            "--eval_strategy steps --eval_steps N (or epoch), or drop --eval_dataset_name."
-        )
-    check_packages(training_args)
-
-
-def _value(option):
-    return getattr(option, "value", option)
 
 
 def _check_hub_dataset(field_name: str, name: str) -> None:
@@ -326,17 +265,38 @@ def _hub_dataset_cached(repo_id: str) -> bool:
 def check_arguments(script_args, training_args, model_args, given=None, typed=None, *, folder_checked=False) -> None:
     """Everything that can be checked without loading anything: model, rewards, data names and values, settings that
     would be ignored, the output folder, the Hub when a name needs it. Raises `UsageError`. `given`: the option names
-    the command line and recipe set, `typed` the command line's alone (`check_nothing_ignored`; None: a Python
+    the command line and recipe set, `typed` the command line's alone (None: a Python
     caller's, the fields set to other than their defaults). `folder_checked`: the CLI checked the output folder as it
     parsed (`run_folder.check_train_folder`), so it is not checked again."""
+    from .config import given_fields, settings_reads
+    from .validation import check_read
+
     if not folder_checked:
         check_train_folder(training_args.output_dir)
     try:
         get_reward_funcs(script_args.reward_funcs)
     except ValueError as error:
         raise UsageError(f"reward_funcs: {error}") from None
-    _check_values(script_args, training_args, model_args)
-    check_nothing_ignored(script_args, training_args, model_args, given, typed)
+    # The script's and the model's values against their rules (VEPOConfig checked its own as it was built), then the
+    # rules that join settings, over all three and the built run's facts (`validation.COMBINATIONS`)
+    values = {}
+    for args in (model_args, training_args, script_args):  # the script's eval_dataset_name etc. win, as they are read
+        values.update({f.name: getattr(args, f.name) for f in dataclasses.fields(args)})
+    values.update(pixel_bounds(script_args, script_args.dataset_name), device_type=training_args.device.type)
+    try:
+        check_object(script_args, rules_for(type(script_args)))
+        check_object(model_args, rules_for(type(model_args)))
+        check_combinations(values)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    # Every setting the run was given takes effect, or is refused in one line naming it and what would make it read:
+    # `given` the names the command line or recipe set (the Python API compares with the defaults instead)
+    if given is None:
+        given = {name for args in (script_args, training_args, model_args) for name in given_fields(args)}
+        if training_args.perturbation_seed == training_args.seed:  # the seed it defaults to
+            given.discard("perturbation_seed")
+    check_read(settings_reads(), values, given, typed)
+    check_packages(training_args)
     if training_args.use_vllm:
         from .trl_compat.vllm_prompts import check_vllm_version
 

@@ -315,11 +315,9 @@ def maybe_unshard_fused_head(trainer, model: torch.nn.Module) -> FusedHeadUnshar
     return FusedHeadUnshard(model)
 
 
-def unresumable_fsdp2_optimizer(args) -> str | None:
-    """Why checkpoints of this run could not be resumed, or None. FSDP2 with FULL_STATE_DICT checkpoints loads the
-    optimizer through torch's `set_optimizer_state_dict(full_state_dict=True)`, which raises "Expected device to be
-    set" for an optimizer without per-parameter state (plain SGD: no momentum), as of torch 2.14 (shown by
-    tests/distributed/fsdp2_stateless_optimizer.py, which fails once torch loads it). SHARDED_STATE_DICT loads it."""
+def fsdp_facts(args) -> dict[str, str]:
+    """How this run shards with FSDP (`validation.FACTS`: the version and the checkpoints' state-dict type), from
+    the config's FSDP settings or `accelerate launch`'s environment; empty without FSDP."""
     import os
 
     plugin = getattr(args, "fsdp_plugin_args", None) or {}
@@ -331,15 +329,5 @@ def unresumable_fsdp2_optimizer(args) -> str | None:
             "FSDP_STATE_DICT_TYPE", "FULL_STATE_DICT" if version == "1" else "SHARDED_STATE_DICT"
         )
     else:
-        return None
-    if version != "2" or not state_dict.upper().startswith("FULL") or args.save_strategy == "no":
-        return None
-    optim = str(getattr(args.optim, "value", args.optim))
-    options = dict(part.split("=", 1) for part in (args.optim_args or "").replace(" ", "").split(",") if "=" in part)
-    if optim == "sgd" and float(options.get("momentum", 0) or 0) == 0:
-        return (
-            "FSDP2 saves FULL_STATE_DICT checkpoints here, and torch cannot load one of plain SGD (no optimizer "
-            "state: set_optimizer_state_dict raises 'Expected device to be set'), so this run could not be resumed: "
-            "pass --optim_args momentum=0.9, another --optim, or fsdp_state_dict_type: SHARDED_STATE_DICT."
-        )
-    return None
+        return {}
+    return {"fsdp_version": version, "fsdp_state_dict_type": state_dict}

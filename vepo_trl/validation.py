@@ -288,7 +288,9 @@ def _check_path(flag: str, value, rule: Rule) -> None:
         raise UsageError(f"{flag} {value}: a folder, not a file; must be {rule.valid}.")
 
 
-def check_options(rules: Mapping[str, Rule], options: Mapping[str, object], flags: Mapping[str, str]) -> None:
+def check_options(
+    rules: Mapping[str, Rule], options: Mapping[str, object], flags: Mapping[str, str], command: str = ""
+) -> None:
     """A command's parsed options against their declared rules (`options.option`), defaults included (a default
     output folder is written like a given one), then the combinations among them. `flags`: how the user writes each
     (`--name`, or a positional's metavar). Raises `UsageError` (one line) for the first option that breaks its rule."""
@@ -306,6 +308,8 @@ def check_options(rules: Mapping[str, Rule], options: Mapping[str, object], flag
             elif rule.kind in ("text", "model"):
                 if not str(item).strip():
                     raise UsageError(f"{flag} is empty: must be {rule.valid}.")
+                if rule.test is not None and not rule.test(item):
+                    raise UsageError(f"{flag} {item!r}: must be {rule.valid}.")
             elif rule.kind == "url":
                 if not str(item).startswith(("http://", "https://")):
                     raise UsageError(f"{flag} {item!r}: must be {rule.valid}.")
@@ -317,7 +321,7 @@ def check_options(rules: Mapping[str, Rule], options: Mapping[str, object], flag
                 except ValueError as error:
                     raise UsageError(str(error)) from None
     try:
-        check_combinations({k: v for k, v in options.items() if v is not None}, early=True)
+        check_combinations(options, early=True, command=command)
     except ValueError as error:
         raise UsageError(str(error)) from None
 
@@ -325,6 +329,25 @@ def check_options(rules: Mapping[str, Rule], options: Mapping[str, object], flag
 def _as_list(value) -> list:
     """A YAML scalar (`reward_funcs: accuracy`, `reward_weights: 1.0`) as the one-item list the run makes of it."""
     return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _is_folder(path) -> bool:
+    from pathlib import Path
+
+    return bool(path) and Path(path).expanduser().is_dir()
+
+
+def _optim_args(text) -> dict[str, str]:
+    """transformers' `--optim_args` text ("momentum=0.9,nesterov=True") as a mapping."""
+    return dict(part.split("=", 1) for part in (text or "").replace(" ", "").split(",") if "=" in part)
+
+
+# Facts of a built run that rules in `COMBINATIONS` join with settings: not options, given by the code that knows them
+FACTS = {
+    "device_type": "the device the run trains on",
+    "fsdp_version": "the FSDP version the run shards with",
+    "fsdp_state_dict_type": "how its FSDP checkpoints are saved",
+}
 
 
 @dataclass(frozen=True)
@@ -337,6 +360,10 @@ class Combination:
     early: bool = True  # also checked on the raw command line and recipe (`precheck`)
     # Values the rule refuses: the troubleshooting page shows the message they get (`troubleshooting_markdown`)
     example: tuple = ()
+    # The commands whose settings it joins ("train" is also `demo` and `VEPOConfig`); empty: any that has the fields
+    commands: tuple[str, ...] = ()
+    # The test sees None for a field left unset (a rule about a missing setting); otherwise it waits for every value
+    unset: bool = False
 
 
 COMBINATIONS: list[Combination] = [
@@ -418,6 +445,95 @@ COMBINATIONS: list[Combination] = [
             "PEFT model; drop one."
         ),
         example=(True, True),
+    ),
+    # An evaluation schedule without the set it evaluates on (the set without a schedule is never read: TRAIN_READS)
+    Combination(
+        ("eval_strategy", "eval_dataset_name"),
+        lambda strategy, held: _mode(strategy) == "no" or bool(held),
+        lambda strategy, held: (
+            f"--eval_strategy {_mode(strategy)} evaluates on an evaluation set, and none is given: add "
+            "--eval_dataset_name (e.g. geometry3k, or a local file), or drop --eval_strategy."
+        ),
+        commands=("train",),
+        unset=True,
+        example=("steps", None),
+    ),
+    # Facts of the built run (`FACTS`: where it trains, how FSDP saves), checked once it is built
+    Combination(
+        ("fp16", "device_type"),
+        lambda fp16, device: not (_true(fp16) and device == "cpu"),
+        lambda fp16, device: (
+            "--fp16 true needs a GPU, and this run is on the CPU (use_cpu, or none visible), where it would train in "
+            "float32: drop --fp16 (--bf16 runs on the CPU)."
+        ),
+        early=False,
+        example=(True, "cpu"),
+    ),
+    Combination(
+        ("torch_compile", "device_type"),
+        lambda compile_, device: not (_true(compile_) and device == "cpu"),
+        lambda compile_, device: (
+            "--torch_compile true on the CPU compiles for minutes before the first step, and Ctrl-C cannot stop it "
+            "while it does; drop it here (it pays off on a GPU)."
+        ),
+        early=False,
+        example=(True, "cpu"),
+    ),
+    # FSDP2 with FULL_STATE_DICT checkpoints loads the optimizer through torch's
+    # `set_optimizer_state_dict(full_state_dict=True)`, which raises "Expected device to be set" for an optimizer
+    # without per-parameter state (plain SGD), as of torch 2.14 (tests/distributed/fsdp2_stateless_optimizer.py fails
+    # once torch loads it: then drop this row). SHARDED_STATE_DICT loads it.
+    Combination(
+        ("fsdp_version", "fsdp_state_dict_type", "save_strategy", "optim", "optim_args"),
+        lambda version, state, save, optim, optim_args: (
+            not (
+                str(version) == "2"
+                and str(state).upper().startswith("FULL")
+                and _mode(save) != "no"
+                and _mode(optim) == "sgd"
+                and float(_optim_args(optim_args).get("momentum", 0) or 0) == 0
+            )
+        ),
+        lambda *_: (
+            "FSDP2 saves FULL_STATE_DICT checkpoints here, and torch cannot load one of plain SGD (no optimizer "
+            "state: set_optimizer_state_dict raises 'Expected device to be set'), so this run could not be resumed: "
+            "pass --optim_args momentum=0.9, another --optim, or fsdp_state_dict_type: SHARDED_STATE_DICT."
+        ),
+        early=False,
+        unset=True,
+        example=("2", "FULL_STATE_DICT", "steps", "sgd", None),
+    ),
+    # vepo-trl eval: what a push and a run need
+    Combination(
+        ("model", "rescore"),
+        lambda model, stored: model is not None or stored is not None,
+        lambda *_: "--model is required (or --rescore DIR to grade stored completions).",
+        commands=("eval",),
+        unset=True,
+        example=(None, None),
+    ),
+    Combination(
+        ("push_to_hub", "hub_model_id"),
+        lambda push, repo: not _true(push) or bool(repo),
+        lambda *_: "--push_to_hub needs --hub_model_id (owner/name): the repo the card goes to.",
+        commands=("eval",),
+        unset=True,
+        example=(True, None),
+    ),
+    Combination(
+        ("push_to_hub", "no_model_card"),
+        lambda push, no_card: not (_true(push) and _true(no_card)),
+        lambda *_: "--push_to_hub pushes the model card, and --no_model_card leaves it unwritten.",
+        commands=("eval",),
+        example=(True, True),
+    ),
+    Combination(
+        ("push_to_hub", "model", "adapter", "rescore"),
+        lambda push, model, adapter, stored: not _true(push) or stored is not None or _is_folder(adapter or model),
+        lambda *_: "--push_to_hub pushes the card of a local model folder; --model is not one.",
+        commands=("eval",),
+        unset=True,
+        example=(True, "owner/name", None, None),
     ),
     # VEPO's token selection against GRPO's options that act on the same tokens or their weights
     Combination(
@@ -524,8 +640,10 @@ _IS_CORRECTION = Reads(
     (True, False),
     (True, True),
 )
-_PUSH = Reads(("push_to_hub",), _true, "--push_to_hub true", (False,), (True,))
-_EVAL_SET = Reads(("eval_dataset_name",), bool, "--eval_dataset_name (an evaluation set)", (None,), ("geometry3k",))
+PUSHES = Reads(("push_to_hub",), _true, "--push_to_hub", (False,), (True,))
+_EVAL_SET = Reads(("eval_dataset_name", "eval_strategy"), lambda held, strategy: bool(held) and _mode(strategy) != "no",
+                  "--eval_dataset_name (an evaluation set) with an --eval_strategy other than no",
+                  (None, "no"), ("geometry3k", "steps"))  # fmt: skip
 _LAB, _SYNTHETIC = "lab", "synthetic"  # data.loaders' generated data sets (light here: no import)
 
 # `vepo-trl train` / `demo` / `VEPOConfig`: the settings of TRL, transformers and the script read only in some modes.
@@ -573,8 +691,10 @@ TRAIN_READS: dict[str, Reads] = {
         ("eval_steps", "eval_delay"), _strategy_is("eval_strategy", "steps", needs="--eval_strategy steps")
     ),
     "max_eval_samples": _EVAL_SET,
+    # (an evaluation schedule without a set is a rule of its own: `COMBINATIONS`)
+    "eval_dataset_name": _strategy_is("eval_strategy", needs="--eval_strategy steps or epoch"),
     # hub_model_id is read without a push too: the model card's usage snippet names it
-    **dict.fromkeys(("hub_strategy", "hub_private_repo", "hub_always_push", "hub_revision"), _PUSH),
+    **dict.fromkeys(("hub_strategy", "hub_private_repo", "hub_always_push", "hub_revision"), PUSHES),
     **dict.fromkeys(
         ("ref_model_sync_steps", "ref_model_mixup_alpha"),
         Reads(("sync_ref_model",), _true, "--sync_ref_model true", (False,), (True,)),
@@ -691,7 +811,6 @@ VLLM_ENGINE = Reads(("backend", "rescore"), lambda backend, stored: backend != "
                     "--backend vllm (or auto, where vLLM is installed)", ("transformers", None), ("vllm", None))  # fmt: skip
 JUDGED = Reads(("protocol",), lambda protocol: protocol != "rule", "--protocol paper or lenient (rule has no judge)",
                ("rule",), ("paper",))  # fmt: skip
-PUSHES = Reads(("push_to_hub",), _true, "--push_to_hub", (False,), (True,))
 SAMPLES = Reads(("greedy",), lambda greedy: not greedy, "sampled responses (not --greedy)", (True,), (False,))
 RUNS_MODEL = Reads(("records",), lambda records: records is None, "a model run (--records renders saved records)",
                    ("records.jsonl",), (None,))  # fmt: skip
@@ -773,11 +892,7 @@ def troubleshooting_markdown() -> str:
     them (a test keeps the page equal to this)."""
     rows = ["| option | must be |", "|---|---|"]
     rows += [f"| `--{name}` | {rule.valid} |" for name, rule in sorted(RANGES.items())]
-    combos = [
-        f"- `{' '.join(f'--{field} {_show_example(value)}' for field, value in zip(c.fields, c.example))}`: "
-        + c.message(*c.example)
-        for c in COMBINATIONS
-    ]
+    combos = [_combination_line(c) for c in COMBINATIONS]
     reads = ["| setting | read only with |", "|---|---|"]
     reads += [f"| `--{name}` | {rule.needs} |" for name, rule in TRAIN_READS.items()]
     return "\n".join([
@@ -787,6 +902,20 @@ def troubleshooting_markdown() -> str:
         "the registries: `vepo-trl strategies`; every other command's options state theirs in `--help`'s declaration).",
         "", *reads,
     ]) + "\n"  # fmt: skip
+
+
+def _combination_line(c: Combination) -> str:
+    """A combination's example as the user writes it (a fact as what it is), then the line it gets."""
+    given = [(field, value) for field, value in zip(c.fields, c.example) if value is not None]
+    flags = bool(c.commands) and "train" not in c.commands  # the other commands' switches take no value
+    options = " ".join(
+        f"--{field}" if value is True and flags else f"--{field} {_show_example(value)}"
+        for field, value in given
+        if field not in FACTS
+    )
+    facts = ", ".join(f"{FACTS[field]}: {_show_example(value)}" for field, value in given if field in FACTS)
+    where = f" ({', '.join(c.commands)})" if c.commands else ""
+    return f"- `{options or '(none given)'}`{f' ({facts})' if facts else ''}{where}: {c.message(*c.example)}"
 
 
 def _show_example(value) -> str:
@@ -1024,12 +1153,16 @@ def check_values(values: Mapping[str, object], rules: Mapping[str, Rule], *, ear
     return checked
 
 
-def check_combinations(values: Mapping[str, object], *, early: bool = False) -> None:
+def check_combinations(values: Mapping[str, object], *, early: bool = False, command: str = "train") -> None:
+    """`COMBINATIONS`, the one table of rules that join settings, over a command's values. A row waits for its
+    fields: a field absent from `values` (a fact only the built run knows, such as `device_type`) skips it."""
     for combination in COMBINATIONS:
-        if early and not combination.early:
+        if (early and not combination.early) or (combination.commands and command not in combination.commands):
             continue
-        args = [values.get(name) for name in combination.fields]
-        if any(arg is None for arg in args):
+        if any(name not in values for name in combination.fields):
+            continue
+        args = [values[name] for name in combination.fields]
+        if not combination.unset and any(arg is None for arg in args):
             continue
         if not combination.test(*args):
             raise ValueError(combination.message(*args))

@@ -197,7 +197,7 @@ def test_every_option_of_every_command_is_declared_once_with_a_rule():
 
 
 # What a command needs to parse at all, as typed
-REQUIRED_ARGS = {"plot": [str(REPO)], "analyze": ["--dataset", "synthetic"]}
+REQUIRED_ARGS = {"plot": [str(REPO)], "analyze": ["--dataset", "synthetic"], "eval": ["--model", "tiny-qwen2.5-vl"]}
 
 
 def test_an_option_declared_without_a_rule_cannot_make_a_parser():
@@ -531,12 +531,12 @@ def mode_words(command: str, deciders: tuple[str, ...], values: tuple, place: Pl
     return words
 
 
-def base_words(command: str, deciders: tuple[str, ...], place: Place, out: Path) -> list[str]:
+def base_words(command: str, deciders: tuple[str, ...], place: Place, out: Path, words=()) -> list[str]:
     model = ["--model", str(place.root / "model")]
     if command == "train":
         return ["--config", TINY_RECIPE, "--max_steps", "1", "--output_dir", str(out)]
-    if command == "eval":
-        return ["--benchmarks", "synthetic", "--output_dir", str(out)] + ([] if "rescore" in deciders else model)
+    if command == "eval":  # a model, unless the mode grades stored completions
+        return ["--benchmarks", "synthetic", "--output_dir", str(out)] + ([] if "--rescore" in words else model)
     if command == "inspect":
         own_source = {"records", "image", "dataset"} & set(deciders)
         return ([] if own_source else ["--dataset", "synthetic"]) + ([] if "records" in deciders else model)
@@ -559,7 +559,8 @@ def test_a_given_option_is_refused_exactly_in_the_modes_that_do_not_read_it(comm
         words = mode_words(command, reads.deciders, mode, place)
         if name in reads.deciders:  # the option is one of its own deciders (vllm_server_base_url)
             continue
-        argv = [command, *base_words(command, reads.deciders, place, tmp_path / "out"), *words, f"--{name}", *value]
+        base = base_words(command, reads.deciders, place, tmp_path / "out", words)
+        argv = [command, *base, *words, f"--{name}", *value]
         code, err = run(argv, capsys)
         assert "Traceback" not in err, (argv, err)
         if refused:

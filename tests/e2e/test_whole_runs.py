@@ -45,7 +45,7 @@ ACCEPTED_AND_IGNORED = [
     (["--save_strategy", "steps", "--save_steps", "0"], "--save_steps 0 with --save_strategy steps"),
     # (f13) evaluation without an evaluation set failed after loading; the reverse was ignored
     (["--eval_strategy", "steps", "--eval_steps", "1"], "none is given: add --eval_dataset_name"),
-    (["--eval_dataset_name", "synthetic"], "is never used with eval_strategy 'no'"),
+    (["--eval_dataset_name", "synthetic"], "read only with --eval_strategy steps or epoch"),
     # (f24, f25) integrations that are not installed
     (["--report_to", NOT_INSTALLED], f"--report_to {NOT_INSTALLED}: its package is not installed"),
     (["--report_to", "bogus"], "--report_to bogus: not a reporting integration"),

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ..builtin.lab_tasks import DEFAULT_TASK, TASKS
 from ..errors import UsageError
 from ..options import option, parser_for
-from ..validation import ALWAYS, FLAG, TEXT, above, at_least, number, path_rule, whole
+from ..validation import ALWAYS, FLAG, TEXT, Reads, above, at_least, names, number, path_rule, whole
 
 
 MAX_SEED = 9000
@@ -19,6 +19,13 @@ MAX_SEED = 9000
 def _list(text: str) -> list[str]:
     return [part for part in text.replace(",", " ").split() if part]
 
+
+# --sweep sets every rule's learning rate itself
+_NO_SWEEP = Reads(("sweep",), lambda sweep: sweep is None, "no --sweep (which sets the learning rates itself)",
+                  ("1e-4",), (None,))  # fmt: skip
+_STRATEGIES = dataclasses.replace(
+    TEXT, valid="at least one strategy, e.g. full,vepo", test=lambda text: bool(_list(text))
+)
 
 LAB_HELP = (
     "RL from a warm-started tiny Qwen2.5-VL with several token-selection strategies over several seeds; held-out "
@@ -31,17 +38,17 @@ LAB_HELP = (
 class LabOptions:
     task: str | None = option(None, f"Lab task (default: {DEFAULT_TASK}). "
                               + "; ".join(f"{task.name}: {task.description}" for task in TASKS.values()) + ".",
-                              reads=ALWAYS, rule=TEXT)  # fmt: skip
+                              reads=ALWAYS, rule=names(*TASKS))  # fmt: skip
     strategies: str | None = option(
         None, "Rules to compare, comma-separated: a strategy from `vepo-trl strategies`, optionally with its k after a "
         "colon (vepo:0.4); a bare name uses k = 0.2 (default: the task's, e.g. "
-        "full,entropy:0.2,vepo:0.2,random:0.2,entropy:0.4,vepo:0.4).", reads=ALWAYS, rule=TEXT)  # fmt: skip
+        "full,entropy:0.2,vepo:0.2,random:0.2,entropy:0.4,vepo:0.4).", reads=ALWAYS, rule=_STRATEGIES)  # fmt: skip
     seeds: str | None = option(
         None, "Seeds, comma-separated (default: the task's, 0-13 for squares).", reads=ALWAYS, rule=TEXT
     )
     learning_rates: str | None = option(
         None, "Per-rule learning rates, e.g. full=3e-4,vepo:0.2=6e-4, on top of the task's (from its sweep); a rule "
-        "with neither uses --learning_rate.", reads=ALWAYS, rule=TEXT)  # fmt: skip
+        "with neither uses --learning_rate.", reads=_NO_SWEEP, rule=TEXT)  # fmt: skip
     sweep: str | None = option(
         None, "Instead of the lab: run every rule at each of these learning rates (comma-separated) over --seeds, "
         "score them on validation rows, and write sweep.md/sweep.json with each rule's best.", reads=ALWAYS, rule=TEXT,
@@ -57,7 +64,7 @@ class LabOptions:
                                        reads=ALWAYS, rule=number(above(0), "above 0 minutes, or unset", True))  # fmt: skip
     learning_rate: float | None = option(
         None, "RL learning rate of rules without their own (default: 3e-4).",
-        reads=ALWAYS, rule=number(above(0), "above 0 (a lab run that learns nothing compares nothing), or unset", True))  # fmt: skip
+        reads=_NO_SWEEP, rule=number(above(0), "above 0 (a lab run that learns nothing compares nothing), or unset", True))  # fmt: skip
     eval_rows: int | None = option(None, "Held-out rows for accuracy (default: the task's, 400 for squares).",
                                    reads=ALWAYS, rule=whole(at_least(1), "a whole number >= 1, or unset", True))  # fmt: skip
     build_warm_start: bool = option(False, "Only build (or find) the cached warm start and print its path and "
@@ -122,21 +129,6 @@ def _learning_rates(text: str) -> dict[str, float]:
     return out
 
 
-def check_args(args: LabOptions) -> None:
-    """What the lab's option texts must say (each option's kind and range went through the option table as it was
-    parsed: `LabOptions`), before anything loads. Raises `UsageError`."""
-    if args.task is not None and args.task not in TASKS:
-        raise UsageError(f"--task {args.task!r}: choose one of {sorted(TASKS)}.")
-    if args.strategies is not None and not _list(args.strategies):
-        raise UsageError(f"--strategies {args.strategies!r}: give at least one strategy, e.g. --strategies full,vepo.")
-    if args.sweep is not None:
-        _rates(args.sweep, "--sweep")
-        if args.learning_rates is not None or args.learning_rate is not None:
-            raise UsageError("--sweep sets the learning rates itself: leave out --learning_rates and --learning_rate.")
-    if args.learning_rates is not None:
-        _learning_rates(args.learning_rates)
-
-
 def _arms(text: str) -> tuple[str, ...]:
     """`--strategies` entries, checked against the strategy registry and the `name:k` form."""
     from ..lab.experiment import parse_arm
@@ -158,8 +150,10 @@ def _arms(text: str) -> tuple[str, ...]:
 def main(argv: list[str] | None = None):
     parser = make_parser()
     args = parser.parse_args(argv)
-    check_args(args)  # a UsageError goes to the CLI's one door
+    # The texts that hold lists (each option's kind, choices and when it is read went through its declaration)
     seeds = _seeds(args.seeds) if args.seeds is not None else None
+    sweep = _rates(args.sweep, "--sweep") if args.sweep is not None else None
+    given = _learning_rates(args.learning_rates) if args.learning_rates is not None else {}
     from ..lab.experiment import (  # torch: only once arguments are good
         QUICK,
         QUICK_WARM_START,
@@ -193,7 +187,6 @@ def main(argv: list[str] | None = None):
     if args.strategies:
         settings.strategies = _arms(args.strategies)
     labels = {arm.label for arm in settings.arms()}
-    given = _learning_rates(args.learning_rates) if args.learning_rates is not None else {}
     unknown = sorted(set(given) - labels)
     if unknown:
         raise UsageError(
@@ -212,5 +205,5 @@ def main(argv: list[str] | None = None):
     if args.sweep is not None:
         # The sweep's own learning rates replace the lab's per-rule ones
         settings.learning_rates = {}
-        return run_sweep(settings, _rates(args.sweep, "--sweep"), args.output_dir, overwrite=args.overwrite_output_dir)
+        return run_sweep(settings, sweep, args.output_dir, overwrite=args.overwrite_output_dir)
     return run_lab(settings, args.output_dir, overwrite=args.overwrite_output_dir)

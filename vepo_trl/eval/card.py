@@ -92,25 +92,13 @@ def _restore_model_name(path: Path, before: dict) -> None:
     metadata_save(path, {key: metadata[key] for key in order if key in metadata})
 
 
-def check_push_target(repo_id: str, token: str | None) -> None:
-    """The model's repo must exist: a mistyped id must not create a new public repo holding only a card. A
-    `ValueError` otherwise (checked before the eval runs, and again before the push)."""
-    from huggingface_hub import HfApi
-    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
-
-    try:
-        HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token).repo_info(repo_id)
-    except RepositoryNotFoundError:
-        raise ValueError(f"--hub_model_id {repo_id}: no such model repo on the Hub; push the model first.") from None
-    except HfHubHTTPError as error:
-        raise ValueError(f"--hub_model_id {repo_id}: the Hub answered {error.response.status_code}.") from None
-
-
 def push_card(path: Path, repo_id: str, token: str | None) -> str:
     """Upload the card to `repo_id` (README.md), through the real client; `HF_ENDPOINT` is read now, not at import."""
     from huggingface_hub import HfApi
 
-    check_push_target(repo_id, token)
+    from ..local_models import check_hub_push
+
+    check_hub_push(token, repo_id)
     api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)
     info = api.upload_file(
         path_or_fileobj=str(path),

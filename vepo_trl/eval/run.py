@@ -450,26 +450,15 @@ def make_judge(args, benches: list[Benchmark]):
     return judge
 
 
-def _check_usage(args) -> list[Benchmark]:
+def _benchmarks_and_push(args) -> list[Benchmark]:
+    """The benchmarks a run asks for, and the Hub and repo a push needs, before data or a model loads (each option's
+    own rule and the rules that join them were checked as they were parsed: `commands.eval.EvalOptions`)."""
     try:
         benches = resolve_benchmarks(args.benchmarks)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    # Each option's own rule (kind, range, folders) was checked as it was parsed (commands.eval.EvalOptions)
     if getattr(args, "push_to_hub", False):
-        if not args.hub_model_id:
-            raise UsageError("--push_to_hub needs --hub_model_id (owner/name): the repo the card goes to.")
-        if args.no_model_card:
-            raise UsageError("--push_to_hub pushes the model card, and --no_model_card leaves it unwritten.")
-        if not Path(args.adapter or args.model or "").expanduser().is_dir():
-            raise UsageError("--push_to_hub pushes the card of a local model folder; --model is not one.")
-        from .card import check_push_target
-
-        try:
-            check_hub_push(args.hub_token)
-            check_push_target(args.hub_model_id, args.hub_token)
-        except ValueError as error:
-            raise UsageError(str(error)) from None
+        check_hub_push(args.hub_token, args.hub_model_id)
     return benches
 
 
@@ -548,7 +537,7 @@ def rescore(args) -> dict[str, Any]:
     output_dir = Path(args.rescore)
     if not (output_dir / MANIFEST).is_file():
         raise UsageError(f"--rescore {args.rescore}: no {MANIFEST} there (not a `vepo-trl eval` results folder).")
-    benches = _check_usage(args)
+    benches = _benchmarks_and_push(args)
     present = [b for b in benches if (output_dir / f"{b.name}.jsonl").is_file()]
     if args.benchmarks == "all":  # every benchmark the folder holds, the synthetic one included
         present = [BENCHMARKS[n] for n in BENCHMARKS if (output_dir / f"{n}.jsonl").is_file()]
@@ -586,13 +575,9 @@ def run(args) -> dict[str, Any]:
     from .generate import resolve_adapter
 
     if args.rescore is not None:
-        if args.model is not None:
-            raise UsageError("--rescore grades stored completions: pass no --model.")
         return rescore(args)
-    if args.model is None:
-        raise UsageError("--model is required (or --rescore DIR to grade stored completions).")
     # -- usage checks: all before data or model loading ------------------------------------------------------------
-    benches = _check_usage(args)
+    benches = _benchmarks_and_push(args)
     check_model(args.model)
     for flag in ("adapter", "base_model"):
         if getattr(args, flag):

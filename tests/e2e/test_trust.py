@@ -263,7 +263,10 @@ def test_trainer_with_an_uncached_hub_id_offline_fails_fast(tmp_path, monkeypatc
         (["--seeds", "0,9000"], "seeds are 0 to 8999, got [9000]"),
         (["--seeds", "-1"], "seeds are 0 to 8999, got [-1]"),
         (["--sweep", "1e-4,0.0001"], "repeats 0.0001"),
-        (["--sweep", "1e-4", "--learning_rate", "1e-3"], "read only with no --sweep (which sets the learning rates itself)"),
+        (
+            ["--sweep", "1e-4", "--learning_rate", "1e-3"],
+            "read only with no --sweep (which sets the learning rates itself)",
+        ),
         (["--learning_rates", "vepo:0.3=1e-3"], "names ['vepo:0.3'], which this lab does not run"),
     ],
 )

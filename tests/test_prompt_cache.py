@@ -323,4 +323,4 @@ def test_sharded_weights_keep_the_whole_sequence_pass(tiny_model_dir, visual_dat
     assert trainer.perturbed_pass.share_prompts
     sharded = copy.copy(trainer)
     sharded.is_fsdp_enabled = True
-    assert not PerturbedPass(sharded, trainer.perturbed_pass.pixel_layout).share_prompts
+    assert not PerturbedPass(sharded, trainer.args.selection_strategy).share_prompts

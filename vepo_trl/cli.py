@@ -78,7 +78,9 @@ def main(argv: list[str] | None = None) -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        _check_cache()
+        from .local_models import check_cache
+
+        check_cache(building=False)
         command_main(command)(argv[1:])
     except UsageError as error:  # the one front door: every command's user errors end here as one line
         fail(f"vepo-trl {name}", error)
@@ -98,21 +100,6 @@ def main(argv: list[str] | None = None) -> None:
         # Python would fail again flushing stdout at exit: point it at nothing (the `signal` module's documented way)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
-
-
-def _check_cache() -> None:
-    """`VEPO_TRL_CACHE` (where tiny models, the lab's warm start and the field rules go) must be a folder that can be
-    written, or one that can be made."""
-    import os
-
-    from .errors import check_output_folder
-
-    folder = os.environ.get("VEPO_TRL_CACHE")
-    if folder:
-        try:
-            check_output_folder("VEPO_TRL_CACHE", folder)
-        except UsageError as error:
-            raise UsageError(f"{error} (an environment variable: point it at a folder, or unset it)") from None
 
 
 # What Ctrl-C leaves for the commands that do not say it themselves

@@ -223,17 +223,26 @@ def check_model_name(name: str | None, what: str = "model_name_or_path") -> None
         )
 
 
-def _check_cache_writable() -> None:
-    """The cache the built-in models are built into can be written (a read-only home, an unwritable
-    `VEPO_TRL_CACHE`): one line naming the folder and the fix, before a build fails deep in torch."""
-    from .errors import UsageError, check_output_folder
+def check_cache(building: bool = True) -> None:
+    """The vepo_trl cache (where tiny models, the lab's warm start and the field rules go) can be written: a
+    `VEPO_TRL_CACHE` that is a folder that can be written, or made (checked by the CLI at start-up); and, where a
+    built-in model is `building`, the default folder (a read-only home): one line naming the folder and the fix,
+    before a build fails deep in torch."""
+    from .files import check_output
     from .utils import cache_root
 
+    variable = os.environ.get("VEPO_TRL_CACHE")
+    if variable:
+        try:
+            check_output("VEPO_TRL_CACHE", variable)
+        except UsageError as error:
+            raise UsageError(f"{error} (an environment variable: point it at a folder, or unset it)") from None
+        return
     root = cache_root()
-    if (root.is_dir() and os.access(root, os.W_OK | os.X_OK)) or os.environ.get("VEPO_TRL_CACHE"):
-        return  # the variable is checked by the CLI at start-up
+    if not building or (root.is_dir() and os.access(root, os.W_OK | os.X_OK)):
+        return
     try:
-        check_output_folder("the vepo_trl cache", root)
+        check_output("the vepo_trl cache", root)
     except UsageError as error:
         raise UsageError(
             f"{error} Set VEPO_TRL_CACHE to a folder you can write (the built-in models go there)."
@@ -269,7 +278,7 @@ def resolve_model_name(name: str) -> str:
 
         family = name.removeprefix("tiny-")
         if family in TINY_FAMILIES:
-            _check_cache_writable()
+            check_cache()
             # Under torch.distributed only rank 0 writes weights: it builds, the other ranks then find the folder
             with PartialState().main_process_first():
                 path = tiny_model_path(family=family)

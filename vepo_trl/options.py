@@ -19,7 +19,7 @@ import typing
 from typing import Any, NoReturn
 
 from .errors import UsageError
-from .validation import flag_name
+from .validation import check_repeated, flag_name
 
 
 def option(default: Any = None, help: str = "", *, rule, reads, group: str | None = None, positional: bool = False,
@@ -175,25 +175,3 @@ class OneLineParser(argparse.ArgumentParser):
             for action in self._actions
             for string in action.option_strings
         }
-
-
-def check_repeated(argv: list[str], repeatable: dict[str, bool] | None = None) -> None:
-    """A flag given twice is a mistake to say, not a value to replace silently (a recipe's key and the command line
-    are not a repeat: the command line overrides the recipe by design). `repeatable`: the flags that add up."""
-    seen: dict[str, str] = {}
-    for index, token in enumerate(argv):
-        if not token.startswith("--") or len(token) == 2:
-            continue
-        if token == "--":
-            break
-        flag, equals, value = token.partition("=")
-        if repeatable is not None and repeatable.get(flag, False):
-            continue
-        flag = "--" + flag_name(flag)  # `--max-steps` and `--max_steps` are one option
-        if not equals:
-            value = argv[index + 1] if index + 1 < len(argv) and not argv[index + 1].startswith("--") else ""
-        if flag in seen:
-            first, then = seen[flag], value
-            both = f" ({first}, then {then})" if first or then else ""
-            raise UsageError(f"{flag} is given twice{both}: give it once.")
-        seen[flag] = value

@@ -33,40 +33,28 @@ from .utils import media_token_ids
 logger = logging.getLogger(__name__)
 
 
-def check_vision_support(processing_class, strategy: str, model=None) -> PixelLayout | ImageLayout:
-    """Refuse, at start-up, a model whose images the perturbed pass cannot perturb; else return their layout
-    (`families.pixel_layout`). Without a model, the patch-row layout is read off the image processor."""
-    from transformers import ProcessorMixin
-
-    if not isinstance(processing_class, ProcessorMixin) or not hasattr(processing_class, "image_processor"):
-        raise ValueError(
-            f"selection_strategy={strategy!r} compares the model with a clean and a perturbed image, but the "
-            f"processing class ({type(processing_class).__name__}) has no image processor: the model looks "
-            "text-only. Use a vision-language model and its processor, or selection_strategy='entropy' / 'full'."
-        )
-    if model is None:
-        return PixelLayout.from_image_processor(processing_class.image_processor)
-    return pixel_layout(model, processing_class.image_processor, strategy)
-
-
-def check_lm_head(model, head: torch.nn.Module) -> None:
-    """The signals read the LM head's weight directly: refuse a head wrapped by a PEFT adapter."""
-    if is_peft_model(model) and not isinstance(head, torch.nn.Linear):
-        raise ValueError(
-            "VEPO reads the LM head's weight to compute JSD between the clean and perturbed distributions, but "
-            f"the head is wrapped by a PEFT adapter ({type(head).__name__}). Remove `lm_head` from the adapter's "
-            "target_modules."
-        )
-
-
 class PerturbedPass:
     """The perturbed forward and the signals, for a trainer `host` (a `VEPOTrainer`): it reads the host's current
     `model` (wrapped by accelerate after `train()` starts), `accelerator`, `args`, `processing_class`, `state`,
     `temperature`, `num_generations` and `current_noise_step()`."""
 
-    def __init__(self, host, pixel_layout: PixelLayout | ImageLayout | None):
+    def __init__(self, host, strategy: str | None):
+        """`strategy`: the selection strategy, where it perturbs the model's images (None: no perturbed pass). A
+        model whose images or LM head the pass cannot read is refused here, at start-up, in one line."""
+        from transformers import ProcessorMixin
+
         self.host = host
-        self.pixel_layout = pixel_layout
+        self.pixel_layout: PixelLayout | ImageLayout | None = None
+        processor = host.processing_class
+        if strategy is not None:
+            if not isinstance(processor, ProcessorMixin) or not hasattr(processor, "image_processor"):
+                raise ValueError(
+                    f"selection_strategy={strategy!r} compares the model with a clean and a perturbed image, but the "
+                    f"processing class ({type(processor).__name__}) has no image processor: the model looks "
+                    "text-only. Use a vision-language model and its processor, or selection_strategy='entropy' / "
+                    "'full'."
+                )
+            self.pixel_layout = pixel_layout(host.model, processor.image_processor, strategy)
         self._base_models: dict[int, torch.nn.Module] = {}
         self._dummy_inputs: dict[str, torch.Tensor] | None = None
         # Completions, and token positions, run through the perturbed forward so far (benchmarks and tests read them)
@@ -79,6 +67,14 @@ class PerturbedPass:
         self.share_prompts = not weights_are_sharded(host) and (config is None or cache_blocker(config) is None)
         # A completion holding these (a tool's image) keeps the whole-sequence pass
         self.image_token_ids = media_token_ids(config) if config is not None else []
+        # The signals read the LM head's weight directly: not through a PEFT adapter's wrapper
+        head = self.lm_head(host.model)
+        if is_peft_model(host.model) and not isinstance(head, torch.nn.Linear):
+            raise ValueError(
+                "VEPO reads the LM head's weight to compute JSD between the clean and perturbed distributions, but "
+                f"the head is wrapped by a PEFT adapter ({type(head).__name__}). Remove `lm_head` from the adapter's "
+                "target_modules."
+            )
 
     # -- model parts ---------------------------------------------------------------------------------------------
 

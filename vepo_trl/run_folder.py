@@ -31,7 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError, check_output_folder
+from .errors import UsageError
+from .files import check_output
 from .utils import count
 
 
@@ -250,9 +251,9 @@ def check_train_folder(output_dir: str | None) -> None:
 
 def check_folder_owner(flag: str, folder: str | Path, command: str) -> None:
     """Refuse (one line) an output folder that holds another command's results: this command's files would replace
-    or mix with them; before that, the folder's own state (`errors.check_output_folder`: a file, a dangling link, too
+    or mix with them; before that, the folder's own state (`files.check_output`: a file, a dangling link, too
     long a name, unwritable, a full disk)."""
-    check_output_folder(flag, folder)
+    check_output(flag, folder)
     owner = folder_owner(folder)
     if owner is not None and owner != command:
         default = " (the default is eval-<model folder name>)" if command == "eval" else ""

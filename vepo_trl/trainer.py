@@ -31,7 +31,7 @@ from .local_models import resolve_model_name
 from .model_card import build_model_card
 from .model_hooks import has_active_dropout
 from .perturb import annealed_noise_step, get_perturbation
-from .perturbed_pass import PerturbedPass, check_lm_head, check_vision_support
+from .perturbed_pass import PerturbedPass
 from .run_folder import foreign_card
 from .scoring import TOKEN_COUNT_NORMALISED_LOSSES, get_strategy
 from .selection_pipeline import COUNT_SCALE_KEY, SELECTION_KEY, SelectionPipeline, SelectionSamplesFile
@@ -124,12 +124,11 @@ class VEPOTrainer(
         )
         family = family_of(getattr(self.model, "config", None))
         self._prefix_lm, self._pending_forward = family is not None and family.prefix_lm, None
-        layout = None
-        if self.selection.needs_perturbed_pass:
-            layout = check_vision_support(self.processing_class, args.selection_strategy, self.model)
-        self.perturbed_pass = PerturbedPass(self, layout)
+        # Refuses a model whose images or LM head the pass cannot read
+        self.perturbed_pass = PerturbedPass(
+            self, args.selection_strategy if self.selection.needs_perturbed_pass else None
+        )
         self.ban_media_tokens(self.perturbed_pass.base_model)  # on every generation path (trl_compat.media_tokens)
-        check_lm_head(self.model, self.perturbed_pass.lm_head(self.model))
         self.selection_pipeline = SelectionPipeline(
             self,
             self.selection,

@@ -233,7 +233,7 @@ RANGES: dict[str, Rule] = {
 # The kinds of value the commands' own options take, for their declarations (`vepo_trl.commands.*`, built with
 # `options.option`): a name `RANGES` holds is reused there as it is ("temperature", "noise_step", "min_pixels", ...).
 # Beyond the number kinds: "text" (any non-empty text), "url", "out_folder" (a folder the command writes:
-# `errors.check_output_folder`), "out_file" (a file it writes: its folder is checked the same way), "in_file",
+# `files.check_output`), "out_file" (a file it writes: its folder is checked the same way), "in_file",
 # "in_folder", "in_path" (file or folder), "model" (a model folder or a Hub id, checked by the command with its files).
 whole, number, names, at_least, above, between = _whole, _number, _names, _at_least, _above, _between
 TEXT = Rule("text", "non-empty text", optional=True)
@@ -242,7 +242,7 @@ SEED = _whole(_between(0, 2**32 - 1), "a whole number in 0..2**32-1")
 FLAG = Rule("bool", "a flag")
 OUT_FOLDER = Rule("out_folder", "a folder that can be written", optional=True)
 OUT_FILE = Rule("out_file", "a file that can be written", optional=True)
-# A file records are appended to: new, or a records file (`files.check_records_file`)
+# A file records are appended to: new, or a records file (`files.check_output`)
 RECORDS_FILE = Rule("records_out", "a new file or a selection-records file to append to", optional=True)
 
 
@@ -259,20 +259,11 @@ def optional(rule: Rule) -> Rule:
 def _check_path(flag: str, value, rule: Rule) -> None:
     from pathlib import Path
 
-    from .errors import UsageError, check_output_folder
+    from .errors import UsageError
+    from .files import check_output
 
-    if rule.kind == "out_folder":
-        check_output_folder(flag, value)
-        return
-    if rule.kind in ("out_file", "records_out"):
-        path = Path(value).expanduser()
-        if rule.kind == "records_out":
-            from .files import check_records_file
-
-            check_records_file(flag, path)
-        if path.is_dir():
-            raise UsageError(f"{flag} {value}: a folder of that name exists; give a file name.")
-        check_output_folder(flag, path.parent if str(path.parent) else ".")
+    if rule.kind in ("out_folder", "out_file", "records_out"):
+        check_output(flag, value, {"out_folder": "folder", "out_file": "file", "records_out": "records"}[rule.kind])
         return
     path = Path(value).expanduser()
     try:
@@ -502,6 +493,13 @@ COMBINATIONS: list[Combination] = [
         early=False,
         unset=True,
         example=("2", "FULL_STATE_DICT", "steps", "sgd", None),
+    ),
+    Combination(
+        ("labels", "runs"),
+        lambda labels, runs: not labels or len(labels) == len(runs),
+        lambda labels, runs: f"--labels has {len(labels)} names for {len(runs)} runs.",
+        commands=("plot",),
+        example=(["a", "b"], ["run"]),
     ),
     # vepo-trl eval: what a push and a run need
     Combination(
@@ -846,6 +844,30 @@ def registry_reads(name: str, deciders: tuple[str, str, str], read: tuple) -> Re
 def flag_name(token: str) -> str:
     """The option a command-line word names, in its one spelling: `--max-steps=3` -> `max_steps`."""
     return token[2:].split("=", 1)[0].replace("-", "_")
+
+
+def check_repeated(argv: list[str], repeatable: dict[str, bool] | None = None) -> None:
+    """A flag given twice is a mistake to say, not a value to replace silently (a recipe's key and the command line
+    are not a repeat: the command line overrides the recipe by design). `repeatable`: the flags that add up."""
+    from .errors import UsageError
+
+    seen: dict[str, str] = {}
+    for index, token in enumerate(argv):
+        if not token.startswith("--") or len(token) == 2:
+            continue
+        if token == "--":
+            break
+        flag, equals, value = token.partition("=")
+        if repeatable is not None and repeatable.get(flag, False):
+            continue
+        flag = "--" + flag_name(flag)  # `--max-steps` and `--max_steps` are one option
+        if not equals:
+            value = argv[index + 1] if index + 1 < len(argv) and not argv[index + 1].startswith("--") else ""
+        if flag in seen:
+            first, then = seen[flag], value
+            both = f" ({first}, then {then})" if first or then else ""
+            raise UsageError(f"{flag} is given twice{both}: give it once.")
+        seen[flag] = value
 
 
 def named_options(argv: list[str], options) -> set[str]:

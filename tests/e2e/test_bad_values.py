@@ -43,9 +43,12 @@ def test_the_table_names_real_fields_and_covers_most_of_them():
     fields = settable_fields()
     assert set(RANGES) <= fields, set(RANGES) - fields
     from vepo_trl.commands.eval import EvalOptions
+    from vepo_trl.commands.plot import PlotOptions
     from vepo_trl.validation import FACTS
 
-    declared = {"eval": {f.name for f in dataclasses.fields(EvalOptions)}}
+    declared = {
+        name: {f.name for f in dataclasses.fields(cls)} for name, cls in (("eval", EvalOptions), ("plot", PlotOptions))
+    }
     for combination in COMBINATIONS:  # a train row's fields are its settings or facts of the built run
         known = (
             set().union(*(declared[c] for c in combination.commands))

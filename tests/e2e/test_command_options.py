@@ -821,7 +821,7 @@ def test_a_second_plot_never_replaces_another_plots_files(tmp_path, capsys):
     assert cli_main(["plot", runs[0], "--output_dir", str(out)]) is None
     first = snapshot(out)
     code, err = run(["plot", runs[1], "--output_dir", str(out)], capsys)
-    assert_one_error_line(code, err, "plot", "never replaces another plot's files")
+    assert_one_error_line(code, err, "plot", "never replaced by another run's")
     assert snapshot(out) == first
     assert cli_main(["plot", runs[0], "--output_dir", str(out)]) is None  # the same run drawn again: its own
 

@@ -329,7 +329,7 @@ def layout_signature(family: str) -> LayoutSignature:
 
 
 def takes(family: str, dataset, use_vllm: bool = False) -> bool:
-    """Whether `family` trains on `dataset` at all: its start-up checks (`Family.check_inputs`) let it through."""
+    """Whether `family` trains on `dataset` at all: its start-up checks (`Family.limits`) let it through."""
     from ..families import check_family_inputs
 
     processor = build_tiny_processor(family)

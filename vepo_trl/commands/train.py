@@ -109,7 +109,7 @@ def _parse(command: str, argv: list[str]):
     argv = _split_equals(argv, "--config")
     if argv.count("--config") > 1:
         _fail(command, "--config is given twice: give one recipe, and override its keys with --<option> VALUE.")
-    from ..options import check_repeated
+    from ..validation import check_repeated
 
     try:
         check_repeated(argv)

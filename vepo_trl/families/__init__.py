@@ -18,7 +18,7 @@ import importlib
 import pkgutil
 
 from ..perturb import ImageLayout, PixelLayout
-from .base import Family, Refused, arrow_table, image_counts
+from .base import Family, Refused, arrow_table, image_count_row, image_counts
 
 
 __all__ = [
@@ -210,15 +210,36 @@ def check_family_inputs(
 ) -> None:
     """What a family's processor or data would crash on deep inside TRL 1.16 (or silently mistrain), refused at
     start-up in one line: prompts whose image parts have no images, then the family's own checks
-    (`Family.check_inputs`). `datasets`: name -> data set (the train and eval data; an eval dict counts each of its
+    (`Family.limits`). `datasets`: name -> data set (the train and eval data; an eval dict counts each of its
     sets)."""
     check_processor_of(config, processor)
     named = _named(datasets or {})
     for name, dataset in named:
         _check_image_parts(name, dataset)
     family = family_of(config)
-    if family is not None and family.check_inputs is not None:
-        family.check_inputs(processor, named, chat_template=chat_template, use_vllm=use_vllm)
+    limits = family.limits if family is not None else None
+    if limits is None:
+        return
+    for option, why in limits.processor_off:  # the processor's own image defaults decide, over its image processor's
+        image_processor = getattr(processor, "image_processor", None)
+        if (getattr(processor, "images_kwargs", None) or {}).get(option, getattr(image_processor, option, False)):
+            raise ValueError(f"{limits.title}'s processor has {option} on: {why}")
+    tokenizer = getattr(processor, "tokenizer", None)
+    templates = (chat_template, getattr(processor, "chat_template", None), getattr(tokenizer, "chat_template", None))
+    if limits.chat_template and not any(templates):
+        raise ValueError(f"{limits.title} has no chat template: {limits.chat_template}")
+    if limits.vllm and use_vllm:
+        raise ValueError(f"{limits.title} with use_vllm: {limits.vllm}")
+    for name, dataset in named:
+        if limits.most_images and (most := image_count_row(dataset, max)) and most[1] > limits.most_images[0]:
+            raise ValueError(
+                f"{limits.title} with {most[1]} images in one prompt ({name} row {most[0]}): {limits.most_images[1]}"
+            )
+        if limits.fewest_images and (few := image_count_row(dataset, min)) and few[1] < limits.fewest_images[0]:
+            raise ValueError(
+                f"{limits.title} needs {limits.fewest_images[0]} image(s) in every prompt ({name} row {few[0]} has "
+                f"{few[1] or 'none'}): {limits.fewest_images[1]}"
+            )
 
 
 # Checkpoints of one model type that ship another type's processor (families/llava.py: Pixtral-in-LLaVA)

@@ -1,7 +1,7 @@
 """What a family module declares, and the generic pieces its declarations use.
 
 A family module (one per family in this package) holds a `Family`: the model types and classes it covers, how to read
-its `perturb` layout off its image processor, the inputs TRL 1.16 fails on for it (`check_inputs`), its reference
+its `perturb` layout off its image processor, the inputs TRL 1.16 fails on for it (`limits`), its reference
 checkpoint's normalisation; its tiny model is data in `vepo_trl.builtin.tiny_recipes`. A
 model type TRL trains whose images VEPO cannot perturb yet is a `Refused`, with what blocks it. Nothing here names a
 family.
@@ -75,6 +75,19 @@ def positioned_layout(image_processor, config) -> PositionedPatchLayout:
 
 
 @dataclass(frozen=True)
+class InputLimits:
+    """What a family cannot take, stated as data (`families.check_family_inputs` refuses each in one line): `title`
+    names the family in the message; each limit is a bound, or a switch, with the reason and the fix."""
+
+    title: str
+    fewest_images: tuple[int, str] | None = None  # (images every prompt needs, why)
+    most_images: tuple[int, str] | None = None  # (images a prompt may hold, why)
+    chat_template: str | None = None  # why a chat template is needed (refused without one)
+    vllm: str | None = None  # why vLLM generation is refused
+    processor_off: tuple[tuple[str, str], ...] = ()  # (processor image option that must stay off, why)
+
+
+@dataclass(frozen=True)
 class Family:
     """One model family: its name, the `model_type`s and classes that belong to it, the layout of its `pixel_values`
     (for the README) and how to read its `perturb` layout off its image processor and config. `trl_failure` says why
@@ -98,10 +111,9 @@ class Family:
     tiles_per_prompt: bool = False
     # A prefix LM: `token_type_ids` 0 marks the bidirectional prefix (image and prompt), 1 the causal suffix
     prefix_lm: bool = False
-    # What the family's processor or data would crash on deep inside TRL 1.16 (or silently mistrain): raise
-    # ValueError in one line. Called as check_inputs(processor, datasets, chat_template=..., use_vllm=...), with
-    # `datasets` a list of (name, data set)
-    check_inputs: Callable[..., None] | None = None
+    # What the family's processor or data would crash on deep inside TRL 1.16 (or silently mistrain), refused at
+    # start-up in one line by `families.check_family_inputs`
+    limits: InputLimits | None = None
     # Why the installed vLLM cannot start an engine for a model of this config, or None: read before the model loads
     # (`vllm_prompts.vllm_blocker`), checking the engine's own failure so that it lifts once that is fixed
     vllm_blocker: Callable[[Any], str | None] | None = None
@@ -127,7 +139,7 @@ class Refused:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Reading image counts off a data set (for check_inputs)
+# Reading image counts off a data set (for the image-count limits)
 # ---------------------------------------------------------------------------------------------------------------------
 
 

@@ -1,17 +1,6 @@
 """Gemma 3: whole images `(n_images, C, H, W)` on SigLIP's grid, average-pooled to soft tokens."""
 
-from .base import HALF_STD, Family, tiles_layout
-
-
-def check_inputs(processor, datasets, *, chat_template=None, use_vllm=False) -> None:
-    # Gemma3Processor's own image defaults (`images_kwargs`) decide, over the image processor's attribute
-    image_processor = getattr(processor, "image_processor", None)
-    images_kwargs = getattr(processor, "images_kwargs", None) or {}
-    if images_kwargs.get("do_pan_and_scan", getattr(image_processor, "do_pan_and_scan", False)):
-        raise ValueError(
-            "Gemma 3's processor has do_pan_and_scan on: its extra crops per image break TRL 1.16's split of "
-            "pixel_values by image count. Keep the processor's images_kwargs do_pan_and_scan=False (its default)."
-        )
+from .base import HALF_STD, Family, InputLimits, tiles_layout
 
 
 FAMILY = Family(
@@ -27,7 +16,17 @@ FAMILY = Family(
     ),
     reference=("google/gemma-3-4b-it", HALF_STD),
     recipes=("gemma-3-4b-it/",),
-    check_inputs=check_inputs,
+    limits=InputLimits(
+        "Gemma 3",
+        # Gemma3Processor's own image defaults (`images_kwargs`) decide, over the image processor's attribute
+        processor_off=(
+            (
+                "do_pan_and_scan",
+                "its extra crops per image break TRL 1.16's split of pixel_values by image count. Keep the "
+                "processor's images_kwargs do_pan_and_scan=False (its default).",
+            ),
+        ),
+    ),
     media_tokens=("<image_soft_token>", "<start_of_image>", "<end_of_image>"),
     # A 56x56 image, 14x14 patches (4x4), average-pooled to 2x2 = 4 soft tokens per image (the real: 896, 64x64, 256)
 )

@@ -1,17 +1,7 @@
 """LLaVA-OneVision: any-resolution crops `(n_images, n_crops, C, H, W)` + `image_sizes`; zero crops and each crop's
 letterbox are padding."""
 
-from .base import HALF_STD, QWEN_MEDIA_TOKENS, Family, image_count_row, tiles_layout
-
-
-def check_inputs(processor, datasets, *, chat_template=None, use_vllm=False) -> None:
-    for name, dataset in datasets:
-        most = image_count_row(dataset, max)
-        if most is not None and most[1] >= 2:
-            raise ValueError(
-                f"LLaVA-OneVision with {most[1]} images in one prompt ({name} row {most[0]}): TRL 1.16 cannot "
-                "split its crops per prompt. Keep one image per prompt for this family."
-            )
+from .base import HALF_STD, QWEN_MEDIA_TOKENS, Family, InputLimits, tiles_layout
 
 
 FAMILY = Family(
@@ -30,6 +20,9 @@ FAMILY = Family(
         "(rollout-time scoring and beta > 0 tested). Prompts with two or more images fail in TRL and are refused "
         "at start-up"
     ),
-    check_inputs=check_inputs,
+    limits=InputLimits(
+        "LLaVA-OneVision",
+        most_images=(1, "TRL 1.16 cannot split its crops per prompt. Keep one image per prompt for this family."),
+    ),
     media_tokens=("<image>", "<video>", *QWEN_MEDIA_TOKENS),
 )

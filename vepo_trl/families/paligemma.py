@@ -1,32 +1,6 @@
 """PaliGemma: images `(n_images, C, H, W)` + `token_type_ids`, a prefix LM (image and prompt bidirectional)."""
 
-from .base import HALF_STD, Family, image_count_row, tiles_layout
-
-
-def check_inputs(processor, datasets, *, chat_template=None, use_vllm=False) -> None:
-    tokenizer = getattr(processor, "tokenizer", None)
-    if (
-        chat_template is None
-        and not getattr(processor, "chat_template", None)
-        and not getattr(tokenizer, "chat_template", None)
-    ):
-        raise ValueError(
-            "PaliGemma checkpoints ship no chat template and TRL renders conversational prompts with one: set "
-            "processor.chat_template to one that writes each image as <image>, then the text, and pass "
-            "processing_class=processor."
-        )
-    if use_vllm:
-        raise ValueError(
-            "PaliGemma with use_vllm: vLLM's prompt for it (bos and newline added around the images) and its "
-            "bidirectional prefix are not verified against the trainer's; generate with transformers."
-        )
-    for name, dataset in datasets:
-        fewest = image_count_row(dataset, min)
-        if fewest is not None and fewest[1] == 0:
-            raise ValueError(
-                f"PaliGemma needs an image in every prompt ({name} row {fewest[0]} has none): its processor refuses "
-                "text-only prompts. Drop text-only rows for this family."
-            )
+from .base import HALF_STD, Family, InputLimits, tiles_layout
 
 
 FAMILY = Family(
@@ -45,7 +19,19 @@ FAMILY = Family(
         "causal, as `generate` samples it. Refused at start-up: a text-only prompt (the processor refuses it), no chat "
         "template (its checkpoints ship none: set one), vLLM (its prompt and prefix there are unverified)"
     ),
-    check_inputs=check_inputs,
+    limits=InputLimits(
+        "PaliGemma",
+        fewest_images=(1, "its processor refuses text-only prompts. Drop text-only rows for this family."),
+        chat_template=(
+            "its checkpoints ship no chat template and TRL renders conversational prompts with one: set "
+            "processor.chat_template to one that writes each image as <image>, then the text, and pass "
+            "processing_class=processor."
+        ),
+        vllm=(
+            "vLLM's prompt for it (bos and newline added around the images) and its bidirectional prefix are not "
+            "verified against the trainer's; generate with transformers."
+        ),
+    ),
     media_tokens=("<image>",),
     # SigLIP at 56 px, 4x4 patches of 14 = 16 image tokens (the real PaliGemma: 224 px, 256 tokens), mean = std = 0.5
 )

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import check_output_folder
-from ..files import check_data_rows
+from ..files import check_data_rows, check_output
 from .commands import (
     SYNTHETIC_DATASET,
     SYNTHETIC_ROWS,
@@ -125,7 +124,7 @@ def inspect_main(args) -> None:
     model_name = _check_model(args.model or recipe.get("model_name_or_path"))
     check_device(args.device)
     settings = _settings(args, recipe)
-    check_output_folder("--output", Path(args.output or DEFAULT_PAGE).expanduser().parent or ".")
+    check_output("--output", Path(args.output or DEFAULT_PAGE), "file")
     if args.greedy and args.response:
         raise UsageError("--greedy samples a response; --response gives them: choose one")
     bounds = _pixel_bounds(args, recipe)

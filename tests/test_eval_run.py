@@ -105,7 +105,7 @@ def test_all_seven_then_resume_then_refuse(tiny_model_dir, data_dir, tmp_path, m
     "argv, message",
     [
         (["--benchmarks", "mathvista,foo"], "Unknown benchmark 'foo'. Valid names are: geometry3k"),
-        (["--model", "no/such/model-folder"], "--model no/such/model-folder: no such folder"),
+        (["--model", "no/such/model-folder"], "--model 'no/such/model-folder': no such model folder"),
         (["--model", "vepo-demo"], "Run `vepo-trl demo` first."),
         (["--data_dir", "NODIR"], "--data_dir NODIR: no such folder; must be a folder of benchmark copies"),
         (

@@ -195,32 +195,50 @@ def is_builtin_model(name: str) -> bool:
     return not os.path.isdir(name) and (name == LAB_MODEL or name in tiny_model_names())
 
 
-def check_model_name(name: str | None, what: str = "model_name_or_path") -> None:
-    """Fail fast, with a `UsageError` naming the fix, on a model that cannot load: a missing local folder, a folder
-    without `config.json`, or a Hub id that is neither in the local cache nor downloadable (offline)."""
+def check_model_name(
+    name: str | None, what: str = "model_name_or_path", *, use: str = "give the run's output_dir",
+    adapter: bool = False, visual: str | None = None,
+) -> str:  # fmt: skip
+    """The one rule for a model a command is given, before anything loads (a `UsageError` naming `what` and the
+    fix): a missing local folder, a folder that is not a saved model (no config.json or adapter_config.json), or not
+    a PEFT adapter where `adapter` asks for one, a folder without its weights (`check_weights`: `use` says what to
+    give instead), a text-only model where `visual` says why images are needed, or a Hub id that is neither in the
+    local cache nor downloadable (offline). Returns the name as it loads (a folder with `~` expanded)."""
     if not name:
         raise UsageError(f"{what} is not set: give a Hub id, a local model folder or {TINY_MODEL}.")
     if is_builtin_model(name):
-        return
+        return name
     path = Path(name).expanduser()
     if path.is_dir():
-        if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
+        config, adapter_config = (path / "config.json").is_file(), (path / "adapter_config.json").is_file()
+        if not config and not adapter_config:
             raise UsageError(f"{what} {name!r} is a folder without config.json: not a saved model.")
-        return
+        if adapter and not adapter_config:
+            raise UsageError(
+                f"{what} {name}: a full model folder, not a PEFT adapter (no adapter_config.json): pass it as "
+                "--model instead."
+            )
+        check_weights(what, name, use)
+        text_only = not_a_vlm(name) if visual and config else None
+        if text_only:
+            raise UsageError(f"{what} {name}: {text_only}; {visual}.")
+        return str(path)
+    demo = " Run `vepo-trl demo` first." if path.name == "vepo-demo" else ""  # the demo's output folder
     looks_local = name.startswith(("/", "./", "../", "~", ".\\")) or path.exists() or not _HUB_ID.match(name)
-    if looks_local:
+    if looks_local or demo:
         raise UsageError(
             f"{what} {name!r}: no such model folder. Give a local folder saved with save_pretrained, a Hub id such "
-            f"as Qwen/Qwen2.5-VL-3B-Instruct, or {TINY_MODEL} (the tiny offline model)."
+            f"as Qwen/Qwen2.5-VL-3B-Instruct, or {TINY_MODEL} (the tiny offline model).{demo}"
         )
     if _in_hub_cache(name, "config.json"):
-        return
+        return name
     reason = hub_unreachable()
     if reason:
         raise UsageError(
             f"{what} {name!r} is not in the local Hugging Face cache and {reason}: download it where there is a "
             f"network (`hf download {name}`) and copy the cache or the folder here, or give a local model folder."
         )
+    return name
 
 
 def check_cache(building: bool = True) -> None:

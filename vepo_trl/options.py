@@ -145,14 +145,15 @@ class OneLineParser(argparse.ArgumentParser):
         parsed = super().parse_args(argv, namespace)
         if self.declaration is None:
             return parsed
-        from .validation import check_options, check_read
+        from .validation import check_combinations, check_options, check_read
 
         flags = {field.name: flag_of(field) for field in dataclasses.fields(self.declaration)}
         given = {flag_name(token) for token in argv if token.startswith("--") and len(token) > 2}
         try:
-            check_options(self.rules, vars(parsed), flags, self.prog.split()[-1])
+            check_options(self.rules, vars(parsed), flags)
             check_read(declared_reads(self.declaration), vars(parsed), given)
-        except UsageError as error:
+            check_combinations(vars(parsed), command=self.prog.split()[-1])  # every option has its value here
+        except (UsageError, ValueError) as error:
             self.error(str(error))
         return self.declaration(**vars(parsed))
 

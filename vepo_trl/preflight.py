@@ -21,7 +21,6 @@ from .local_models import (
     SYNTHETIC_DATASET,
     check_hub_push,
     check_model_name,
-    check_weights,
     hub_unreachable,
     local_config_file,
     not_a_vlm,
@@ -317,8 +316,6 @@ def check_arguments(script_args, training_args, model_args, given=None, typed=No
     # Last: the one check that may touch the network (a Hub id not in the cache)
     check_model_name(model_args.model_name_or_path)
     _check_model_family(model_args, training_args)
-    # As eval refuses it: the model loads after the data, minutes in
-    check_weights("model_name_or_path", model_args.model_name_or_path, "give the run's output_dir")
     if model_args.use_peft and model_args.model_name_or_path:
         name = model_args.model_name_or_path
         check_lora_targets(resolve_model_name(name) if name.startswith("tiny-") else name, model_args)

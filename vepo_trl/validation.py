@@ -93,6 +93,17 @@ def _perturbations():
     return _registry_names("perturbation", "vepo_trl.perturb.registry", load)
 
 
+def _reward_names():
+    import sys
+
+    saved = None if "vepo_trl.rewards" in sys.modules else (_saved().get("declared") or {}).get("rewards")
+    if saved:
+        return tuple(saved)
+    from .rewards import REWARD_FUNCS
+
+    return tuple(REWARD_FUNCS)
+
+
 def _loss_types():
     def load():
         from .scoring import SUPPORTED_LOSS_TYPES
@@ -230,6 +241,14 @@ RANGES: dict[str, Rule] = {
 }
 
 
+# The image bounds a data loader resizes with (`data.loaders`), and the multiple of its model's processor
+IMAGE_BOUNDS = {
+    "min_pixels": _whole(_at_least(1), "a whole number of pixels >= 1"),
+    "max_pixels": _whole(_at_least(1), "a whole number of pixels >= 1"),
+    "image_factor": Rule("whole", "a whole number >= 1", lambda v: v >= 1),
+}
+
+
 # The kinds of value the commands' own options take, for their declarations (`vepo_trl.commands.*`, built with
 # `options.option`): a name `RANGES` holds is reused there as it is ("temperature", "noise_step", "min_pixels", ...).
 # Beyond the number kinds: "text" (any non-empty text), "url", "out_folder" (a folder the command writes:
@@ -237,6 +256,8 @@ RANGES: dict[str, Rule] = {
 # "in_folder", "in_path" (file or folder), "model" (a model folder or a Hub id, checked by the command with its files).
 whole, number, names, at_least, above, between = _whole, _number, _names, _at_least, _above, _between
 TEXT = Rule("text", "non-empty text", optional=True)
+REWARD_NAME = Rule("choice", "a reward function", choices=_reward_names)
+DEVICE = Rule("device", "a device this machine has (cuda, cpu, ...)", optional=True)  # torch's own test
 MODEL = Rule("model", "a model folder or a Hub id (owner/name)", optional=True)
 SEED = _whole(_between(0, 2**32 - 1), "a whole number in 0..2**32-1")
 FLAG = Rule("bool", "a flag")
@@ -279,11 +300,10 @@ def _check_path(flag: str, value, rule: Rule) -> None:
         raise UsageError(f"{flag} {value}: a folder, not a file; must be {rule.valid}.")
 
 
-def check_options(
-    rules: Mapping[str, Rule], options: Mapping[str, object], flags: Mapping[str, str], command: str = ""
-) -> None:
+def check_options(rules: Mapping[str, Rule], options: Mapping[str, object], flags: Mapping[str, str]) -> None:
     """A command's parsed options against their declared rules (`options.option`), defaults included (a default
-    output folder is written like a given one), then the combinations among them. `flags`: how the user writes each
+    output folder is written like a given one); the rules that join them come after the read rule
+    (`check_combinations`: a rule joining settings a run does not read says nothing). `flags`: how the user writes each
     (`--name`, or a positional's metavar). Raises `UsageError` (one line) for the first option that breaks its rule."""
     from .errors import UsageError
 
@@ -301,6 +321,18 @@ def check_options(
                     raise UsageError(f"{flag} is empty: must be {rule.valid}.")
                 if rule.test is not None and not rule.test(item):
                     raise UsageError(f"{flag} {item!r}: must be {rule.valid}.")
+            elif (
+                rule.kind == "device"
+            ):  # torch's own test, a tensor made there (its error came after the model loaded)
+                import torch
+
+                try:
+                    torch.empty(0, device=item)
+                except (RuntimeError, AssertionError, ValueError) as error:
+                    reason = " ".join(str(error).split())
+                    raise UsageError(
+                        f"{flag} {item}: {reason} (leave {flag} out to use a GPU when there is one)"
+                    ) from None
             elif rule.kind == "url":
                 if not str(item).startswith(("http://", "https://")):
                     raise UsageError(f"{flag} {item!r}: must be {rule.valid}.")
@@ -311,10 +343,6 @@ def check_options(
                         _refuse(name, item, rule)
                 except ValueError as error:
                     raise UsageError(str(error)) from None
-    try:
-        check_combinations(options, early=True, command=command)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
 
 
 def _as_list(value) -> list:
@@ -335,6 +363,7 @@ def _optim_args(text) -> dict[str, str]:
 
 # Facts of a built run that rules in `COMBINATIONS` join with settings: not options, given by the code that knows them
 FACTS = {
+    "image_factor": "the multiple the model's processor rounds image sides to",
     "device_type": "the device the run trains on",
     "fsdp_version": "the FSDP version the run shards with",
     "fsdp_state_dict_type": "how its FSDP checkpoints are saved",
@@ -365,6 +394,15 @@ COMBINATIONS: list[Combination] = [
         example=(60000, 50000),
     ),
     Combination(
+        ("max_pixels", "image_factor"),
+        lambda high, factor: high >= factor**2,
+        lambda high, factor: (
+            f"--max_pixels {high}: must be at least image_factor**2 = {factor**2} (the model's patch grid: one "
+            "merged patch)."
+        ),
+        example=(400, 28),
+    ),
+    Combination(
         ("generation_batch_size", "num_generations"),
         lambda batch, group: batch % group == 0,
         lambda batch, group: (
@@ -393,7 +431,7 @@ COMBINATIONS: list[Combination] = [
         lambda weights, funcs: len(_as_list(weights)) == len(_as_list(funcs)),
         lambda weights, funcs: (
             f"--reward_weights {' '.join(str(w) for w in _as_list(weights))}: one weight per reward function, and "
-            f"--reward_funcs has {len(_as_list(funcs))} ({' '.join(_as_list(funcs))})."
+            f"--reward_funcs has {len(_as_list(funcs))} ({' '.join(map(str, _as_list(funcs)))})."
         ),
         early=False,  # after the reward names are known to exist (an unknown name is the first thing to say)
         example=([0.5, 0.5], ["accuracy"]),
@@ -1071,7 +1109,7 @@ def check_value(name: str, value, rule: Rule):
                     f"--{name} {_show(value)}: {_show(item)} is a {type(item).__name__}, must be {rule.valid} (a "
                     "list of numbers, e.g. [0.9, 0.1])."
                 )
-            if not math.isfinite(item):
+            if not math.isfinite(item) or (rule.test is not None and not rule.test(item)):
                 _refuse(name, value, rule)
         return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):

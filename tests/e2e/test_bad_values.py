@@ -132,7 +132,8 @@ def test_a_model_family_without_an_adapter_is_refused_before_its_weights_load(tm
     refused = NOT_YET[model_type]
     config_class = getattr(transformers, refused.model_class.replace("ForConditionalGeneration", "Config"))
     model = tmp_path / model_type
-    config_class().save_pretrained(model)  # config.json only: any weight load would fail loudly
+    config_class().save_pretrained(model)
+    (model / "model.safetensors").write_bytes(b"")  # an empty weight file: any weight load would fail loudly
     (model / "processor_config.json").write_text("{}")
     argv = train_argv(tmp_path / "out", "--model_name_or_path", str(model))
     code, out, err = run_cli(argv, capsys)
@@ -147,6 +148,7 @@ def test_a_folder_without_its_processor_is_refused_before_its_weights_load(tmp_p
     folder = tmp_path / kind
     folder.mkdir()
     (folder / ("config.json" if kind == "model" else "adapter_config.json")).write_text('{"model_type": "qwen2_5_vl"}')
+    (folder / ("model.safetensors" if kind == "model" else "adapter_model.safetensors")).write_bytes(b"")
     argv = train_argv(tmp_path / "out", "--model_name_or_path", str(folder))
     code, out, err = run_cli(argv, capsys)
     assert_one_error_line(code, err, None, f"the {kind} folder has no processor files")

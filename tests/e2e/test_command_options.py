@@ -223,6 +223,8 @@ def option_values(place: Place, command: str, name: str, action: argparse.Action
         return None
     if rule.kind == "numbers":
         return ["nan", "abc", "2"] if bad else ["0.5"]
+    if rule.kind == "device":
+        return ["1", "warp:0"] if bad else ["cpu"]
     values = bad_numbers(rule) if bad else [good_number(rule)]
     return [value for value in values if value is not None]
 
@@ -589,7 +591,7 @@ def test_a_damaged_benchmark_file_is_named_in_one_line(state, tmp_path, capsys, 
     training loader named the same file in one line. Both go through files.read_data_files."""
     from vepo_trl.eval import run as eval_run
 
-    monkeypatch.setattr(eval_run, "check_model", lambda *a, **k: None)
+    monkeypatch.setattr(eval_run, "check_model_name", lambda *a, **k: None)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     data = tmp_path / "data" / "geometry3k" / "data"
     data.mkdir(parents=True)

@@ -203,8 +203,11 @@ def build_tiny_config(family: str, processor, config: TinyModelConfig | None = N
     """The model config of `family`'s tiny model, matching `processor`'s vocabulary."""
     recipe, config = tiny_recipe(family), _config(config, overrides)
     build = _Build(config, processor.tokenizer, recipe.tokens)
-    if recipe.check is not None:
-        recipe.check(build)
+    if build.head_dim % recipe.head_dim_multiple:
+        raise ValueError(
+            f"hidden_size / num_attention_heads must be a multiple of {recipe.head_dim_multiple} for "
+            f"{recipe.model}, got {build.head_dim}"
+        )
     # The shared dimensions, which a recipe adds to or replaces
     text = {
         "vocab_size": build.vocab,

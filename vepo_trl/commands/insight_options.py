@@ -7,14 +7,14 @@ from dataclasses import dataclass
 
 from ..options import option
 from ..validation import (
-    ALWAYS,
+    DEVICE,
     FLAG,
     MODEL,
     RANGES,
     RUNS_MODEL,
     SAMPLES,
     SEED,
-    TEXT,
+    Reads,
     at_least,
     names,
     optional,
@@ -30,12 +30,17 @@ INSIGHT = ("strategy", "perturbation", "config")
 SETTINGS = "selection settings (default: the paper's, or the training recipe given with --config)"
 
 
+# inspect's responses are sampled unless given (--response)
+SAMPLED = Reads(("response",), lambda given: not given, "sampled responses (no --response: those are given)",
+                (["The answer is 4."],), (None,))  # fmt: skip
+
+
 @dataclass
 class ModelOptions:
     model: str | None = option(None, "Model folder or Hub id of a supported family (README), or tiny-qwen2.5-vl / "
                                "tiny-<family>.", reads=RUNS_MODEL, rule=MODEL, group="model")  # fmt: skip
     device: str | None = option(
-        None, "cuda, cpu, ... (default: cuda when available).", reads=RUNS_MODEL, rule=TEXT, group="model"
+        None, "cuda, cpu, ... (default: cuda when available).", reads=RUNS_MODEL, rule=DEVICE, group="model"
     )
     dtype: str = option("auto", "", reads=RUNS_MODEL, rule=names(*DTYPES), group="model", choices=DTYPES)
 
@@ -71,7 +76,7 @@ class ResponseOptions:
     max_new_tokens: int = option(
         256, "", reads=RUNS_MODEL, rule=whole(at_least(1), "a whole number of tokens >= 1"), group="responses"
     )
-    greedy: bool = option(False, "Decode greedily (one completion) instead of sampling.", reads=ALWAYS, rule=FLAG,
+    greedy: bool = option(False, "Decode greedily (one completion) instead of sampling.", reads=SAMPLED, rule=FLAG,
                           group="responses")  # fmt: skip
     sample_seed: int = option(0, "Seed of the sampling.", reads=SAMPLES, rule=SEED, group="responses")
     batch_size: int = option(8, "Completions per forward pass.", reads=RUNS_MODEL, rule=whole(at_least(1), "a whole number >= 1"),

@@ -16,6 +16,7 @@ from ..validation import (
     OWN_PROMPT,
     RANGES,
     RECORDS_FILE,
+    REWARD_NAME,
     RUNS_MODEL,
     TEXT,
     at_least,
@@ -64,7 +65,8 @@ class InspectSource:
 class InspectOptions(ResponseOptions, SettingsOptions, ModelOptions, InspectSource):
     k: float | None = option(None, "k: fraction of each response kept. Default 0.2.",
                              reads=RUNS_MODEL, rule=optional(RANGES["selection_ratio"]), group=SETTINGS)  # fmt: skip
-    reward_funcs: list[str] = option(["accuracy", "format"], "", reads=RUNS_MODEL, rule=TEXT, group="rewards")
+    reward_funcs: list[str] = option(["accuracy", "format"], "", reads=RUNS_MODEL, rule=REWARD_NAME,
+                                     group="rewards")  # fmt: skip
     reward_weights: list[float] = option(
         [0.9, 0.1], "", reads=RUNS_MODEL, rule=RANGES["reward_weights"], group="rewards"
     )

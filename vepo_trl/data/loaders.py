@@ -38,6 +38,7 @@ from qwen_vl_utils import smart_resize
 from qwen_vl_utils.vision_process import MAX_RATIO
 
 from ..files import ANSWER_COLUMNS, ID_COLUMNS, IMAGE_COLUMNS, PROBLEM_COLUMNS, check_data_rows, read_data_files
+from ..validation import IMAGE_BOUNDS, check_values
 
 
 logger = logging.getLogger(__name__)
@@ -548,7 +549,9 @@ def convert_dataset(
     `UnusableRowsError` (a `ValueError`) naming its row index (in `dataset`) and the problem, and so does a data set
     whose every row is unusable. `origin` (the file read) names the data in those messages instead of `source/split`.
     """
-    _check_pixel_bounds(min_pixels, max_pixels, image_factor)
+    check_values(  # the bounds' rules and the rules that join them (`validation`)
+        {"min_pixels": min_pixels, "max_pixels": max_pixels, "image_factor": image_factor}, IMAGE_BOUNDS
+    )
     where = origin or f"{source}/{split}"
     columns = _resolve_columns(dataset.column_names, where)
     # The row's other columns stay as they are (`difficulty`, a user's own `source`): TRL hands a data set's extra
@@ -612,14 +615,6 @@ def convert_dataset(
     else:
         logger.info("converted %d rows from %s/%s", total, source, split)
     return converted.remove_columns([_DROP_COLUMN, _DETAIL_COLUMN])
-
-
-def _check_pixel_bounds(min_pixels: int, max_pixels: int, image_factor: int) -> None:
-    if image_factor <= 0 or min_pixels <= 0 or max_pixels < min_pixels or max_pixels < image_factor**2:
-        raise ValueError(
-            f"need 0 < min_pixels <= max_pixels and max_pixels >= image_factor**2; got min_pixels={min_pixels}, "
-            f"max_pixels={max_pixels}, image_factor={image_factor}"
-        )
 
 
 def _accepted_names() -> str:
@@ -704,7 +699,9 @@ def load_vepo_dataset(
     Returns:
         A `datasets.Dataset` with the columns `prompt`, `images`, `answer`, `source` and `id`.
     """
-    _check_pixel_bounds(min_pixels, max_pixels, image_factor)
+    check_values(  # the bounds' rules and the rules that join them (`validation`)
+        {"min_pixels": min_pixels, "max_pixels": max_pixels, "image_factor": image_factor}, IMAGE_BOUNDS
+    )
     options = {
         "min_pixels": min_pixels,
         "max_pixels": max_pixels,

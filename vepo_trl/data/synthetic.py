@@ -22,6 +22,8 @@ from typing import Any
 import datasets
 from PIL import Image, ImageDraw, ImageFont
 
+from ..validation import Rule, check_values
+
 
 __all__ = [
     "SYNTHETIC_TASKS",
@@ -386,41 +388,31 @@ def _apply(left: int, op: str, right: int) -> int:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _check_kind(kind: str) -> TaskFn:
-    if kind not in SYNTHETIC_TASKS:
-        raise ValueError(f"unknown synthetic task kind {kind!r}; valid kinds: {', '.join(sorted(SYNTHETIC_TASKS))}")
-    return SYNTHETIC_TASKS[kind]
+# The generator's arguments, each against its rule (`validation.check_values`: one line naming the argument)
+def _side(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and MIN_IMAGE_SIDE <= value <= MAX_IMAGE_SIDE
 
 
-def _check_size(image_size: Sequence[int]) -> tuple[int, int]:
-    if (
-        not isinstance(image_size, tuple | list)
-        or len(image_size) != 2
-        or not all(isinstance(side, int) and not isinstance(side, bool) for side in image_size)
-    ):
-        raise ValueError(f"image_size must be a (width, height) pair of ints, got {image_size!r}")
-    width, height = image_size
-    if min(width, height) < MIN_IMAGE_SIDE:
-        raise ValueError(
-            f"image_size {width}x{height} is too small: both sides must be >= {MIN_IMAGE_SIDE} px "
-            "for the drawings to stay legible"
-        )
-    if max(width, height) > MAX_IMAGE_SIDE:
-        raise ValueError(f"image_size {width}x{height} is too large: both sides must be <= {MAX_IMAGE_SIDE} px")
-    return width, height
+def _pair(size):
+    """A size, which must be a (width, height) pair (each side then checked against its rule)."""
+    if not (isinstance(size, (tuple, list)) and len(size) == 2):
+        raise ValueError(f"--image_size {size!r}: must be {_RULES['image_size'].valid}.")
+    return size
 
 
-def _check_mode(image_mode: str) -> str:
-    if image_mode not in SUPPORTED_IMAGE_MODES:
-        raise ValueError(f"unsupported image_mode {image_mode!r}; valid modes: {', '.join(SUPPORTED_IMAGE_MODES)}")
-    return image_mode
-
-
-def _check_seed(seed: int) -> int:
-    # random.Random folds the sign of an int seed (Random(-3) == Random(3)); rejecting negatives avoids silent twins.
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    return seed
+_RULES = {
+    "kind": Rule("choice", "a synthetic task kind", choices=lambda: sorted(SYNTHETIC_TASKS)),
+    # random.Random folds the sign of an int seed (Random(-3) == Random(3)): refusing negatives avoids silent twins
+    "seed": Rule("whole", "a whole number >= 0", lambda v: v >= 0),
+    "num_rows": Rule("whole", "a whole number >= 0", lambda v: v >= 0),
+    "image_size": Rule(
+        "numbers",
+        f"a (width, height) pair of whole numbers of pixels in {MIN_IMAGE_SIDE}..{MAX_IMAGE_SIDE} (smaller drawings "
+        "are not legible)",
+        _side,
+    ),
+    "image_mode": Rule("choice", "an image mode", choices=lambda: SUPPORTED_IMAGE_MODES),
+}
 
 
 def render_synthetic_sample(kind: str, seed: int, *, image_size: tuple[int, int] | None = None) -> SyntheticSample:
@@ -428,9 +420,10 @@ def render_synthetic_sample(kind: str, seed: int, *, image_size: tuple[int, int]
 
     ``image_size`` is ``(width, height)``, both sides in ``[56, 4096]``; ``None`` means :data:`DEFAULT_IMAGE_SIZE`.
     """
-    task = _check_kind(kind)
-    width, height = _check_size(DEFAULT_IMAGE_SIZE if image_size is None else image_size)
-    sample = task(random.Random(_check_seed(seed)), width, height)
+    image_size = DEFAULT_IMAGE_SIZE if image_size is None else image_size
+    check_values({"kind": kind, "seed": seed, "image_size": _pair(image_size)}, _RULES)
+    width, height = image_size
+    sample = SYNTHETIC_TASKS[kind](random.Random(seed), width, height)
     # Generators are pluggable, so enforce the contract here rather than trusting each one.
     if sample.image.mode != "RGB" or sample.image.size != (width, height):
         raise ValueError(f"task {kind!r} returned a {sample.image.mode} {sample.image.size} image")
@@ -457,10 +450,10 @@ def make_synthetic_row(
     questions are lost; :func:`make_synthetic_dataset` avoids that combination in its default mix.
     Same arguments, same row (byte-identical pixels).
     """
-    mode = _check_mode(image_mode)
+    check_values({"image_mode": image_mode}, _RULES)
     sample = render_synthetic_sample(kind, seed, image_size=image_size)
     return {
-        "images": [_convert(sample.image, mode)],
+        "images": [_convert(sample.image, image_mode)],
         "problem": IMAGE_PLACEHOLDER + sample.question,
         "answer": sample.answer,
         "kind": kind,
@@ -495,18 +488,15 @@ def make_synthetic_dataset(
     regenerated on its own. ``kinds`` defaults to every registered kind (sorted). Repeat an entry of
     ``image_modes`` to weight it. With the default modes, colour-dependent kinds fall back from "L" to "RGB".
     """
-    if not isinstance(num_rows, int) or num_rows < 0:
-        raise ValueError(f"num_rows must be a non-negative int, got {num_rows!r}")
-    _check_seed(seed)
     kinds = sorted(SYNTHETIC_TASKS) if kinds is None else list(kinds)
-    if not kinds:
-        raise ValueError("kinds must name at least one task kind")
-    for kind in kinds:
-        _check_kind(kind)
-    sizes = [_check_size(size) for size in image_sizes]
-    modes = [_check_mode(mode) for mode in image_modes]
-    if not sizes or not modes:
-        raise ValueError("image_sizes and image_modes must be non-empty")
+    if not kinds or not image_sizes or not image_modes:
+        raise ValueError("kinds, image_sizes and image_modes must each name at least one")
+    check_values({"num_rows": num_rows, "seed": seed}, _RULES)
+    for name, values in (("kind", kinds), ("image_size", image_sizes), ("image_mode", image_modes)):
+        for value in values:
+            check_values({name: _pair(value) if name == "image_size" else value}, _RULES)
+    sizes = [tuple(size) for size in image_sizes]
+    modes = list(image_modes)
     default_modes = tuple(image_modes) == DEFAULT_IMAGE_MODES
 
     features = _features()

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..local_models import TINY_MODEL, check_hub_push, check_weights, not_a_vlm, resolve_model_name
+from ..local_models import TINY_MODEL, check_hub_push, check_model_name, resolve_model_name
 from ..run_folder import check_folder_owner
 from .benchmarks import (
     BENCHMARKS,
@@ -52,34 +52,6 @@ def _offline() -> bool:
     return any(
         os.environ.get(n, "").lower() in ("1", "true", "yes") for n in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
     )
-
-
-def check_model(name: str, what: str = "--model") -> None:
-    if name == TINY_MODEL:
-        return
-    path = Path(name).expanduser()
-    if path.exists():
-        if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
-            raise UsageError(f"{what} {name}: not a model folder (no config.json or adapter_config.json).")
-        if what == "--adapter" and not (path / "adapter_config.json").is_file():
-            raise UsageError(
-                f"--adapter {name}: a full model folder, not a PEFT adapter (no adapter_config.json): pass it as "
-                "--model instead."
-            )
-        check_weights(what, name, "evaluate the run's output_dir")
-        text_only = not_a_vlm(name) if (path / "config.json").is_file() else None
-        if text_only:
-            raise UsageError(f"{what} {name}: {text_only}; the benchmarks are visual questions.")
-        return
-    looks_like_path = name.startswith((".", "/", "~")) or name.count("/") != 1
-    if looks_like_path:
-        hint = " Run `vepo-trl demo` first." if path.name == "vepo-demo" else ""
-        raise UsageError(f"{what} {name}: no such folder, and not a Hub id of the form owner/name.{hint}")
-    if _offline():
-        from huggingface_hub import try_to_load_from_cache
-
-        if not isinstance(try_to_load_from_cache(name, "config.json"), str):
-            raise UsageError(f"{what} {name}: not in the local Hugging Face cache and the Hub is offline.")
 
 
 def _model_identity(name: str | None) -> str | None:
@@ -578,10 +550,10 @@ def run(args) -> dict[str, Any]:
         return rescore(args)
     # -- usage checks: all before data or model loading ------------------------------------------------------------
     benches = _benchmarks_and_push(args)
-    check_model(args.model)
-    for flag in ("adapter", "base_model"):
+    for flag in ("model", "adapter", "base_model"):  # the one model rule (`local_models.check_model_name`)
         if getattr(args, flag):
-            check_model(getattr(args, flag), f"--{flag}")
+            check_model_name(getattr(args, flag), f"--{flag}", use="evaluate the run's output_dir",
+                             adapter=flag == "adapter", visual="the benchmarks are visual questions")  # fmt: skip
     output_dir = Path(args.output_dir or f"eval-{Path(args.model.rstrip('/')).name}")
     # a training run's (or a lab's) folder: its summary.md and README.md would be replaced
     check_folder_owner("--output_dir", output_dir, "eval")

@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 from ..files import check_data_rows
+from ..local_models import check_model_name
 from .commands import (
     UsageError,
-    _check_model,
     _dataset_bounds,
     _load_model,
     _load_rows,
@@ -17,7 +17,6 @@ from .commands import (
     _read_recipe,
     _sample,
     _settings,
-    check_device,
 )
 
 
@@ -29,8 +28,7 @@ from .commands import (
 def analyze_main(args) -> None:
     """`vepo-trl analyze`'s work on its parsed options (`vepo_trl.commands.analyze`); user errors raise `UsageError`."""
     recipe = _read_recipe(args.config) if args.config else {}
-    model_name = _check_model(args.model or recipe.get("model_name_or_path"))
-    check_device(args.device)
+    model_name = check_model_name(args.model or recipe.get("model_name_or_path"), "--model")
     check_data_rows(args.dataset)  # its format and schema, before a model or an image loads
     settings = _settings(args, recipe)
     # --output_dir, --limit and --ratios went through the option table as they were parsed

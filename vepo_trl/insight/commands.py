@@ -8,11 +8,10 @@ stderr and exit code 2.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, fail  # noqa: F401  (the commands' one-line errors, re-exported)
-from ..local_models import check_model_name, check_weights, is_builtin_model
+from ..local_models import is_builtin_model
 
 
 # The name `vepo_trl.train` gives the synthetic data (not imported from there: that module loads TRL's trainers,
@@ -52,40 +51,6 @@ def _settings(args, recipe: dict[str, Any]):
         )
     except (TypeError, ValueError) as error:
         raise UsageError(str(error)) from None
-
-
-def _check_model(name: str | None) -> str:
-    if not name:
-        raise UsageError("--model is required (a model folder, a Hub id, or tiny-qwen2.5-vl)")
-    path = Path(name).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise UsageError(f"--model: {name} is a folder without config.json, not a saved model")
-        check_weights("--model", name, "give the run's output_dir")
-        return str(path)
-    if is_builtin_model(name):
-        return name  # a built-in tiny model (tiny-qwen2.5-vl, tiny-<family>): built on first use
-    if path.exists() or name.startswith((".", "/", "~")) or name.count("/") != 1:
-        raise UsageError(f"--model: no such model folder: {name} (nor is it a Hub id of the form org/name)")
-    check_model_name(name, "--model")  # a Hub id offline and not cached: one line now, not a minute of retries
-    return name
-
-
-def check_device(device: str | None) -> None:
-    """`--device` that this machine has, by torch's own test (a tensor made there), before anything loads: torch's
-    error came after the model had loaded, 39 lines deep."""
-    if not device:
-        return
-    import torch
-
-    from ..errors import one_line
-
-    try:
-        torch.empty(0, device=device)
-    except (RuntimeError, AssertionError, ValueError) as error:
-        raise UsageError(
-            f"--device {device}: {one_line(error)} (leave --device out to use a GPU when there is one)"
-        ) from None
 
 
 def _pixel_bounds(args, recipe: dict[str, Any]) -> dict[str, int]:
@@ -154,19 +119,6 @@ def _rewards(completion_texts: list[str], answer: str | None, names: list[str], 
         totals.append(sum(v * w for v, w in valid) if valid else None)
         details.append({name: (round(v, 4) if v is not None else None) for name, v in values.items()})
     return totals, details
-
-
-def _check_rewards(args) -> None:
-    from ..rewards import get_reward_funcs
-
-    try:
-        get_reward_funcs(args.reward_funcs)
-    except (KeyError, ValueError) as error:
-        raise UsageError(f"--reward_funcs: {error}") from None
-    if len(args.reward_weights) != len(args.reward_funcs):
-        raise UsageError(
-            f"--reward_weights has {len(args.reward_weights)} values for {len(args.reward_funcs)} reward functions"
-        )
 
 
 def _dataset_bounds(args, bounds: dict[str, int]) -> dict[str, int]:

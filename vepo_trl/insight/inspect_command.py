@@ -6,12 +6,11 @@ import os
 from pathlib import Path
 
 from ..files import check_data_rows, check_output
+from ..local_models import check_model_name
 from .commands import (
     SYNTHETIC_DATASET,
     SYNTHETIC_ROWS,
     UsageError,
-    _check_model,
-    _check_rewards,
     _dataset_bounds,
     _load_model,
     _load_rows,
@@ -20,7 +19,6 @@ from .commands import (
     _rewards,
     _sample,
     _settings,
-    check_device,
 )
 
 
@@ -109,7 +107,6 @@ def _summary_line(records) -> str:
 
 def inspect_main(args) -> None:
     """`vepo-trl inspect`'s work on its parsed options (`vepo_trl.commands.inspect`); user errors raise `UsageError`."""
-    _check_rewards(args)  # an option's own values are named before the rule that joins the sources
     source = _inspect_source(args)
     if source == "records":
         from .records import load_records
@@ -121,12 +118,9 @@ def inspect_main(args) -> None:
         _write_outputs(args, records, {"source": args.records})
         return
     recipe = _read_recipe(args.config) if args.config else {}
-    model_name = _check_model(args.model or recipe.get("model_name_or_path"))
-    check_device(args.device)
+    model_name = check_model_name(args.model or recipe.get("model_name_or_path"), "--model")
     settings = _settings(args, recipe)
     check_output("--output", Path(args.output or DEFAULT_PAGE), "file")
-    if args.greedy and args.response:
-        raise UsageError("--greedy samples a response; --response gives them: choose one")
     bounds = _pixel_bounds(args, recipe)
     if source == "image":
         from ..data.loaders import UnusableRowError, prepare_image

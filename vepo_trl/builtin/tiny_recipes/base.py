@@ -60,6 +60,7 @@ class TinyRecipe:
     top: dict = field(default_factory=dict)  # the model config's other arguments
     stop: tuple[str, ...] = ()  # generation: the tokens that end a completion (eos first)
     generation_bos: str | None = None
-    # Checks on the widths before anything is built (raise ValueError), and changes after the model is made
-    check: Callable[[Any], None] | None = None
+    # The multiple the language model's head width must be (M-RoPE splits it in sections), checked before anything is
+    # built; and changes after the model is made
+    head_dim_multiple: int = 1
     finish: Callable[[Any, Any], None] | None = None  # (model, build)

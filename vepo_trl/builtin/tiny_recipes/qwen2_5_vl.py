@@ -4,13 +4,6 @@ from . import _qwen
 from .base import Derived, TinyRecipe
 
 
-def _check_widths(build) -> None:
-    if build.head_dim % 16:
-        raise ValueError(
-            f"hidden_size / num_attention_heads must be a multiple of 16 for M-RoPE, got {build.head_dim}"
-        )
-
-
 FAMILY = "qwen2.5-vl"
 RECIPE = TinyRecipe(
     model="Qwen2_5_VLForConditionalGeneration",
@@ -45,5 +38,5 @@ RECIPE = TinyRecipe(
     top=_qwen.IMAGE_TOKENS,
     **_qwen.GENERATION,
     generation_bos="<|endoftext|>",
-    check=_check_widths,
+    head_dim_multiple=16,  # M-RoPE
 )

@@ -86,7 +86,7 @@ def test_a_reply_that_is_not_json_is_a_judge_error_on_the_row_not_the_end_of_the
     # (j07) a judge that passed the start-up check then replied with something that is not JSON: JSONDecodeError,
     # 81 lines, and the generated completions were lost
     judge = make_judge(openai_server, key, max_retries=0)
-    assert judge.check_reachable() is None
+    assert judge.unreachable() is None
     openai_server.script = ["garbage"]
     verdict = judge.grade(question="Which angle?", gold="B. 60°", response="\\boxed{B}")
     assert verdict.correct is None and "unreadable reply" in verdict.error, verdict

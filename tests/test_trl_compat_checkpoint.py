@@ -243,7 +243,7 @@ def test_a_requeued_run_sets_an_incomplete_checkpoint_aside_and_resumes_the_last
     checkpoint, setting both aside (renamed, contents kept) with one line saying so, so that a scheduler's requeue
     goes on without a person. Naming an incomplete one is still refused."""
     from vepo_trl.errors import UsageError
-    from vepo_trl.run_folder import plan_run, set_aside_incomplete, write_record
+    from vepo_trl.run_folder import check_train_folder, plan_run, set_aside_incomplete, write_record
 
     folder = tmp_path / "run"
     complete = folder / "checkpoint-5"
@@ -260,8 +260,8 @@ def test_a_requeued_run_sets_an_incomplete_checkpoint_aside_and_resumes_the_last
         assert plan.checkpoint == str(complete)
         assert plan.incomplete == [str(folder / "checkpoint-99"), str(folder / "checkpoint-98")]
         assert "checkpoint-99, checkpoint-98 are incomplete" in plan.message and "\n" not in plan.message
-    with pytest.raises(UsageError, match="no weights"):
-        plan_run(str(folder), {"a": 1}, resume=str(folder / "checkpoint-98"), overwrite=False)
+    with pytest.raises(UsageError, match="no weights"):  # named: refused as the folder is checked, before plan_run
+        check_train_folder(str(folder), resume=str(folder / "checkpoint-98"))
     # The complete one, named, still resumes
     assert plan_run(str(folder), {"a": 1}, resume=str(complete), overwrite=False).checkpoint == str(complete)
     moved = set_aside_incomplete(plan.incomplete)

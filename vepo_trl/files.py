@@ -75,6 +75,10 @@ def check_data_rows(path: str | Path) -> None:
     path = Path(path).expanduser()
     if not path.is_file():
         return
+    stat = path.stat()
+    state = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    if state in _ROWS_CHECKED_FOR:  # once per file as it is: the CLI checks it before the loader reads it
+        return
     opener = _opener(path)  # any format: a compression suffix on a file that is not so compressed
     if opener is None or ".jsonl" not in [suffix.lower() for suffix in path.suffixes][-2:]:
         return
@@ -116,6 +120,10 @@ def check_data_rows(path: str | Path) -> None:
                         )
     except (OSError, EOFError, UnicodeDecodeError) as error:
         raise UsageError(f"cannot read {path}: {type(error).__name__}: {error}.") from None
+    _ROWS_CHECKED_FOR.add(state)
+
+
+_ROWS_CHECKED_FOR: set[tuple[str, int, int]] = set()  # files whose rows passed, as they were (path, mtime, size)
 
 
 # A selection record's fields without a default (`insight.records.SelectionRecord`; a test keeps them equal)
@@ -124,90 +132,75 @@ RECORD_KEYS = ("tokens", "token_ids", "entropy", "selected", "entropy_top_k", "s
 
 def check_output(flag: str, path, kind: str = "folder", *, owner: tuple[str, list[str], list[str]] | None = None):
     """The one rule for what a command writes, before it loads anything (a `UsageError` naming `flag` otherwise).
-    `kind`: "folder" (a folder results go to: not a file, not under a file, in a writable place; it need not exist),
-    "file" (a file: not a folder, its folder checked the same way), "records" (a file selection records are appended
-    to: new, empty, or a records file; any other file, the user's data or a page, is never replaced). `owner`: (the
-    record a folder's writer keeps of whose files they are, those files, this run's): a folder holding another
-    run's files is refused, never written over (the same run writing again replaces its own)."""
-    if kind == "folder":
-        _check_folder(flag, path)
-        if owner is not None:
-            _check_owner(flag, Path(path), *owner)
-        return
-    path = Path(path).expanduser()
-    if kind == "records" and path.is_file() and path.stat().st_size:
+    `kind`: "folder" (a folder results go to: not a file, not under a file, in a writable place with room; it need
+    not exist), "file" (a file: not a folder, its folder checked the same way), "records" (a file selection records
+    are appended to: new, empty, or a records file; any other file, the user's data or a page, is never replaced).
+    `owner`: (the record a folder's writer keeps of whose files they are, those files, this run's): a folder holding
+    another run's files is refused, never written over (the same run writing again replaces its own)."""
+    import os
+    import shutil
+
+    if path is None or not str(path).strip():
+        raise UsageError(f"{flag} is empty: give a {'folder' if kind == 'folder' else 'file name'}.")
+    target = Path(path).expanduser()
+    if kind == "records" and target.is_file() and target.stat().st_size:
         try:
-            with open(path, encoding="utf-8") as file:
+            with open(target, encoding="utf-8") as file:
                 row = json.loads(next((line for line in file if line.strip()), ""))
         except (OSError, UnicodeDecodeError, ValueError):
             row = None
         if not (isinstance(row, dict) and set(RECORD_KEYS) <= row.keys()):
             raise UsageError(
-                f"{flag} {path}: a file of another kind exists there (its first line is not a selection record); "
+                f"{flag} {target}: a file of another kind exists there (its first line is not a selection record); "
                 "records are appended to a records file and never replace another file: give a new file name."
             )
-    if path.is_dir():
-        raise UsageError(f"{flag} {path}: a folder of that name exists; give a file name.")
-    _check_folder(flag, path.parent if str(path.parent) else ".")
-
-
-def _check_owner(flag: str, folder: Path, record: str, files: list[str], mine: list[str]) -> None:
-    if not any((folder / name).is_file() for name in files) or not (folder / record).is_file():
-        return  # nothing written, or written before its writer kept a record: nothing says whose the files are
+    if kind != "folder" and target.is_dir():
+        raise UsageError(f"{flag} {target}: a folder of that name exists; give a file name.")
+    folder, shown = (target, path) if kind == "folder" else (target.parent, target.parent)
     try:
-        theirs = json.loads((folder / record).read_text()).get("runs")
-    except (OSError, ValueError, AttributeError):
-        theirs = None
-    if theirs != mine:
-        of = ", ".join(theirs) if theirs else "another run"
-        raise UsageError(
-            f"{flag} {folder} holds the files of {of} ({', '.join(name for name in files if (folder / name).is_file())}"
-            f"); they are never replaced by another run's: give another {flag}."
-        )
-
-
-def _check_folder(flag: str, folder) -> None:
-    """A folder results can be written to: not a file, not under a file, in a writable place. It need not exist."""
-    import os
-    from pathlib import Path
-
-    if folder is None or not str(folder).strip():
-        raise UsageError(f"{flag} is empty: give a folder.")
-    path = Path(folder).expanduser()
-    try:
-        os.stat(path)
+        os.stat(folder)
     except (FileNotFoundError, NotADirectoryError):  # not made yet, or under a file (said below)
         pass
     except OSError as error:  # a name longer than the file system takes, a component that is not a folder, ...
-        raise UsageError(f"{flag} {folder}: not a usable folder name ({error.strerror}).") from None
-    if path.is_symlink() and not path.exists():
-        raise UsageError(f"{flag} {folder}: a link to {os.readlink(path)}, which does not exist; give a folder.")
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"{flag} {folder}: a file of that name exists; give a folder.")
-    existing = path
+        raise UsageError(f"{flag} {shown}: not a usable folder name ({error.strerror}).") from None
+    if folder.is_symlink() and not folder.exists():
+        raise UsageError(f"{flag} {shown}: a link to {os.readlink(folder)}, which does not exist; give a folder.")
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{flag} {shown}: a file of that name exists; give a folder.")
+    existing = folder
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
-        raise UsageError(f"{flag} {folder}: {existing} is a file, so no folder can be made under it.")
+        raise UsageError(f"{flag} {shown}: {existing} is a file, so no folder can be made under it.")
     # Names still to be made: the kernel says ENOENT before ENAMETOOLONG when a parent is missing, so a name
     # longer than the file system takes is only found at the first write (after the model loaded)
     try:
         longest = os.pathconf(existing, "PC_NAME_MAX")
     except (OSError, ValueError):
         longest = 255
-    to_make = path.absolute().relative_to(existing.absolute()).parts if path != existing else ()
+    to_make = folder.absolute().relative_to(existing.absolute()).parts if folder != existing else ()
     too_long = [part for part in to_make if len(os.fsencode(part)) > longest]
     if too_long:
         raise UsageError(
-            f"{flag} {folder}: not a usable folder name (a name of {len(os.fsencode(too_long[0]))} bytes, and the "
+            f"{flag} {shown}: not a usable folder name (a name of {len(os.fsencode(too_long[0]))} bytes, and the "
             f"file system takes {longest})."
         )
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"{flag} {folder}: {existing} is not writable; choose a folder you can write to.")
-    import shutil
-
+        raise UsageError(f"{flag} {shown}: {existing} is not writable; choose a folder you can write to.")
     if shutil.disk_usage(existing).free == 0:
-        raise UsageError(f"{flag} {folder}: the disk holding {existing} is full (0 bytes free).")
+        raise UsageError(f"{flag} {shown}: the disk holding {existing} is full (0 bytes free).")
+    record, files, mine = owner or (None, [], None)
+    written = [name for name in files if (folder / name).is_file()]
+    if written and (folder / record).is_file():  # files written before their writer kept a record say nothing
+        try:
+            theirs = json.loads((folder / record).read_text()).get("runs")
+        except (OSError, ValueError, AttributeError):
+            theirs = None
+        if theirs != mine:
+            raise UsageError(
+                f"{flag} {folder} holds the files of {', '.join(theirs) if theirs else 'another run'} "
+                f"({', '.join(written)}); they are never replaced by another run's: give another {flag}."
+            )
 
 
 def file_problem(path: Path, builder: str) -> str | None:

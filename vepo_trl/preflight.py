@@ -271,7 +271,7 @@ def check_arguments(script_args, training_args, model_args, given=None, typed=No
     from .validation import check_read
 
     if not folder_checked:
-        check_train_folder(training_args.output_dir)
+        check_train_folder(training_args.output_dir, training_args.resume_from_checkpoint, training_args.max_steps)
     try:
         get_reward_funcs(script_args.reward_funcs)
     except ValueError as error:
@@ -297,9 +297,9 @@ def check_arguments(script_args, training_args, model_args, given=None, typed=No
     check_read(settings_reads(), values, given, typed)
     check_packages(training_args)
     if training_args.use_vllm:
-        from .trl_compat.vllm_prompts import check_vllm_version
+        from .trl_compat.vllm_prompts import check_vllm
 
-        check_vllm_version()
+        check_vllm()  # the version (the colocated engine is checked against the model's config as the trainer starts)
     for field_name in ("dataset_name", "eval_dataset_name"):
         name = getattr(script_args, field_name)
         if field_name == "dataset_name" and not (isinstance(name, str) and name.strip()):
@@ -322,8 +322,9 @@ def check_arguments(script_args, training_args, model_args, given=None, typed=No
 
 
 def _check_model_family(model_args, training_args) -> None:
-    """A strategy that perturbs images needs a model family VEPO has an adapter for: read off the model folder's (or
-    the cached Hub repo's) `config.json` before any weight loads."""
+    """The model's family and files, before any weight loads: a vision-language model, a local folder with its
+    processor, and for a strategy that perturbs images a family VEPO has an adapter for (read off the model folder's,
+    or the cached Hub repo's, `config.json`)."""
     import json
     from types import SimpleNamespace
 
@@ -340,7 +341,16 @@ def _check_model_family(model_args, training_args) -> None:
             "For a text model, call VEPOTrainer from Python with text prompts and selection_strategy 'entropy' or "
             "'full' (its tokenizer as processing_class)."
         )
-    _check_processor_files(name)
+    # A local model or adapter folder must hold its processor (the run loads it from there, after the weights)
+    folder = Path(name).expanduser() if name else None
+    if folder is not None and folder.is_dir():
+        if not any((folder / file).is_file() for file in ("processor_config.json", "preprocessor_config.json")):
+            kind = "adapter folder" if (folder / "adapter_config.json").is_file() else "model folder"
+            raise UsageError(
+                f"model_name_or_path {name}: the {kind} has no processor files (processor_config.json or "
+                "preprocessor_config.json): save the processor beside it (processor.save_pretrained(folder)), or "
+                "give the base model's folder or Hub id (with --use_peft true for a new adapter)."
+            )
     if strategy is None or not strategy.needs_perturbed_pass or not name:
         return
     path = local_config_file(name, model_args.model_revision)  # None for a built-in name: it resolves later
@@ -357,21 +367,6 @@ def _check_model_family(model_args, training_args) -> None:
             f"selection_strategy {training_args.selection_strategy!r} perturbs the model's images. Supported families: "
             f"{', '.join(supported_families())}; or --selection_strategy entropy / full."
         )
-
-
-def _check_processor_files(name: str | None) -> None:
-    """A local model or adapter folder must hold its processor (the run loads it from there, after the weights)."""
-    path = Path(name).expanduser() if name else None
-    if path is None or not path.is_dir():
-        return
-    if any((path / file).is_file() for file in ("processor_config.json", "preprocessor_config.json")):
-        return
-    kind = "adapter folder" if (path / "adapter_config.json").is_file() else "model folder"
-    raise UsageError(
-        f"model_name_or_path {name}: the {kind} has no processor files (processor_config.json or "
-        "preprocessor_config.json): save the processor beside it (processor.save_pretrained(folder)), or give the "
-        "base model's folder or Hub id (with --use_peft true for a new adapter)."
-    )
 
 
 def is_known_dataset(name: str) -> bool:

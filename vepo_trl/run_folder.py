@@ -235,9 +235,13 @@ def folder_owner(folder: str | Path) -> str | None:
     return None
 
 
-def check_train_folder(output_dir: str | None) -> None:
-    """A training run's output folder, checked once: not empty, a folder that can be written (`check_folder_owner`:
-    its state, then no other command's folder), and no README.md of the user's that the model card would replace."""
+def check_train_folder(output_dir: str | None, resume=None, max_steps: int | None = None) -> None:
+    """A training run's output folder and the checkpoint it resumes, checked once (the CLI before TRL is imported,
+    else `preflight.check_arguments`; `plan_run` takes them as checked): the folder not empty, one that can be written
+    (`check_folder_owner`: its state, then no other command's folder), and no README.md of the user's that the
+    model card would replace; `resume` (`resume_from_checkpoint` as given) not empty (TRL would read it as no resume
+    and train from scratch), and a path names a complete checkpoint a run saved, not a run's finished folder, and not
+    one already at `max_steps` (it would train nothing and report the other run's)."""
     if output_dir is None or not str(output_dir).strip():
         raise UsageError("output_dir is empty: give the folder the model and its report go to (--output_dir run1).")
     check_folder_owner("output_dir", output_dir, "train")
@@ -246,6 +250,31 @@ def check_train_folder(output_dir: str | None) -> None:
         raise UsageError(
             f"output_dir {output_dir} holds a {readme.name} that vepo-trl did not write, and the run's model card "
             "would replace it: choose another --output_dir (or move the file)."
+        )
+    if not isinstance(resume, str):  # None (decide from the folder), or true / false from Python
+        return
+    if not resume.strip():
+        raise UsageError(
+            "resume_from_checkpoint is empty: give a checkpoint folder, or true (the output_dir's last checkpoint)."
+        )
+    if resume.strip().lower() in ("true", "last", "yes", "false", "no", "none"):
+        return
+    path = Path(resume).expanduser()
+    if not path.is_dir():
+        raise UsageError(f"resume_from_checkpoint {resume}: no such checkpoint folder.")
+    if read_record(path) is not None and not path.name.startswith("checkpoint-"):
+        raise UsageError(
+            f"resume_from_checkpoint {resume}: a run's folder (its finished model and report), not one of its "
+            f"checkpoints: name one of its checkpoint-* folders, or train into {resume} itself with its settings."
+        )
+    problem = checkpoint_problem(path)
+    if problem:
+        raise UsageError(f"{problem}; name a checkpoint-* folder a run saved.")
+    done = finished_state_of(path, max_steps)
+    if done is not None:
+        raise UsageError(
+            f"resume_from_checkpoint {resume} is at step {done}, and max_steps {max_steps} asks for no more: nothing "
+            "would train. Give a larger --max_steps, or an earlier checkpoint."
         )
 
 
@@ -278,13 +307,6 @@ def checkpoint_problem(checkpoint: str | Path) -> str | None:
     if not any(any(path.glob(pattern)) for pattern in _WEIGHT_PATTERNS):
         lacking.append("weights (model.safetensors, an adapter, or FSDP / DeepSpeed state)")
     return f"{path} is not a complete checkpoint: it has no {' and no '.join(lacking)}" if lacking else None
-
-
-def _checked(checkpoint: str, hint: str) -> str:
-    problem = checkpoint_problem(checkpoint)
-    if problem:
-        raise UsageError(f"{problem}; {hint}")
-    return checkpoint
 
 
 def _step(checkpoint: str) -> str:
@@ -321,35 +343,6 @@ def _reached(state: dict[str, Any], max_steps: int | None, num_train_epochs: flo
     if not isinstance(planned, int) or planned <= 0 or epochs is None or num_train_epochs is None:
         return False
     return epochs >= num_train_epochs and state["global_step"] >= planned
-
-
-def check_resume_target(resume, max_steps: int | None) -> None:
-    """`resume_from_checkpoint` as given, before anything loads (the CLI's early check and `plan_run`): not empty
-    (TRL would read it as no resume and train from scratch); a path names a complete checkpoint a run saved, not a
-    run's finished folder, and not one already at `max_steps` (it would train nothing and report the other run's)."""
-    if not isinstance(resume, str):
-        return
-    if not resume.strip():
-        raise UsageError(
-            "resume_from_checkpoint is empty: give a checkpoint folder, or true (the output_dir's last checkpoint)."
-        )
-    if resume.strip().lower() in ("true", "last", "yes", "false", "no", "none"):
-        return
-    path = Path(resume).expanduser()
-    if not path.is_dir():
-        raise UsageError(f"resume_from_checkpoint {resume}: no such checkpoint folder.")
-    if read_record(path) is not None and not path.name.startswith("checkpoint-"):
-        raise UsageError(
-            f"resume_from_checkpoint {resume}: a run's folder (its finished model and report), not one of its "
-            f"checkpoints: name one of its checkpoint-* folders, or train into {resume} itself with its settings."
-        )
-    _checked(str(path), "name a checkpoint-* folder a run saved.")
-    done = finished_state_of(path, max_steps)
-    if done is not None:
-        raise UsageError(
-            f"resume_from_checkpoint {resume} is at step {done}, and max_steps {max_steps} asks for no more: nothing "
-            "would train. Give a larger --max_steps, or an earlier checkpoint."
-        )
 
 
 def finished_state_of(checkpoint: Path, max_steps: int | None) -> int | None:
@@ -394,8 +387,7 @@ def plan_run(
     `resume` is `resume_from_checkpoint`: None (decide from the folder), a checkpoint path, or true/"true"/"last"
     (the folder's last checkpoint). Raises `UsageError` for a folder of another run and for an impossible resume.
     """
-    folder = Path(output_dir).expanduser()
-    check_resume_target(resume, max_steps)
+    folder = Path(output_dir).expanduser()  # the folder and a named checkpoint were checked (`check_train_folder`)
     if isinstance(resume, str) and resume.strip().lower() in ("true", "last", "yes"):
         resume = True
     elif isinstance(resume, str) and resume.strip().lower() in ("false", "no", "none", ""):
@@ -454,7 +446,7 @@ def plan_run(
         note = f"{_incomplete_note(incomplete)}; " if incomplete else ""
         return RunPlan(last, f"{note}Resuming from {last} (step {_step(last)}), as asked.", incomplete=incomplete)
     if resume:
-        return RunPlan(str(resume), f"Resuming from {resume}, as asked.")  # checked (`check_resume_target`)
+        return RunPlan(str(resume), f"Resuming from {resume}, as asked.")  # checked (`check_train_folder`)
     if last is not None:
         if record is None:
             raise UsageError(

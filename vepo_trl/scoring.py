@@ -84,7 +84,8 @@ class TokenSignals:
         return TokenSignals(**{f.name: None if (v := getattr(self, f.name)) is None else fn(v) for f in fields(self)})
 
 
-def _check_signal_names(signals: Iterable[str]) -> frozenset[str]:
+def _signal_set(signals: Iterable[str]) -> frozenset[str]:
+    """`signals` as a set of `SIGNAL_NAMES` (an unknown name refused)."""
     signals = frozenset(signals)
     unknown = signals - set(SIGNAL_NAMES)
     if unknown:
@@ -184,7 +185,7 @@ def token_signals(
         tile_size: tokens per tile.
         vocab_chunk_size: vocabulary rows upcast at a time when the head is not fp32 (CPU).
     """
-    signals = _check_signal_names(signals)
+    signals = _signal_set(signals)
     if signals & PERTURBED_SIGNALS and perturbed_hidden is None:
         raise ValueError(f"Signals {sorted(signals & PERTURBED_SIGNALS)} need `perturbed_hidden`.")
     if signals & {"logp", "perturbed_logp"} and targets is None:
@@ -397,7 +398,7 @@ _COUNT_RULES = ("top_k", "bottom", "all", "random")
 
 def register_strategy(name: str, *, signals: Iterable[str] = (), count: str = "top_k", description: str = ""):
     """Register a selection strategy under `name` (decorator). Registering a name twice is an error."""
-    signals = _check_signal_names(signals)
+    signals = _signal_set(signals)
     if count not in _COUNT_RULES:
         raise ValueError(f"count must be one of {_COUNT_RULES}, got {count!r}.")
 

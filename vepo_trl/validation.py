@@ -277,35 +277,15 @@ def optional(rule: Rule) -> Rule:
     return dataclasses.replace(rule, optional=True)
 
 
-def _check_path(flag: str, value, rule: Rule) -> None:
-    from pathlib import Path
-
-    from .errors import UsageError
-    from .files import check_output
-
-    if rule.kind in ("out_folder", "out_file", "records_out"):
-        check_output(flag, value, {"out_folder": "folder", "out_file": "file", "records_out": "records"}[rule.kind])
-        return
-    path = Path(value).expanduser()
-    try:
-        exists, is_dir = path.exists(), path.is_dir()
-    except OSError as error:
-        raise UsageError(f"{flag} {value}: not a usable path ({error.strerror}).") from None
-    if not exists:
-        what = {"in_folder": "folder", "in_file": "file"}.get(rule.kind, "file or folder")
-        raise UsageError(f"{flag} {value}: no such {what}; must be {rule.valid}.")
-    if rule.kind == "in_folder" and not is_dir:
-        raise UsageError(f"{flag} {value}: a file, not a folder; must be {rule.valid}.")
-    if rule.kind == "in_file" and is_dir:
-        raise UsageError(f"{flag} {value}: a folder, not a file; must be {rule.valid}.")
-
-
 def check_options(rules: Mapping[str, Rule], options: Mapping[str, object], flags: Mapping[str, str]) -> None:
     """A command's parsed options against their declared rules (`options.option`), defaults included (a default
     output folder is written like a given one); the rules that join them come after the read rule
     (`check_combinations`: a rule joining settings a run does not read says nothing). `flags`: how the user writes each
     (`--name`, or a positional's metavar). Raises `UsageError` (one line) for the first option that breaks its rule."""
+    from pathlib import Path
+
     from .errors import UsageError
+    from .files import check_output
 
     for name, value in options.items():
         rule = rules[name]
@@ -314,8 +294,23 @@ def check_options(rules: Mapping[str, Rule], options: Mapping[str, object], flag
         flag = flags.get(name, f"--{name}")
         values = value if isinstance(value, (list, tuple)) and rule.kind != "numbers" else [value]
         for item in values:
-            if rule.kind in ("out_folder", "out_file", "records_out", "in_file", "in_folder", "in_path"):
-                _check_path(flag, item, rule)
+            if rule.kind in ("out_folder", "out_file", "records_out"):  # the one writer's rule
+                check_output(
+                    flag, item, {"out_folder": "folder", "out_file": "file", "records_out": "records"}[rule.kind]
+                )
+            elif rule.kind in ("in_file", "in_folder", "in_path"):
+                path = Path(item).expanduser()
+                try:
+                    exists, is_dir = path.exists(), path.is_dir()
+                except OSError as error:
+                    raise UsageError(f"{flag} {item}: not a usable path ({error.strerror}).") from None
+                if not exists:
+                    what = {"in_folder": "folder", "in_file": "file"}.get(rule.kind, "file or folder")
+                    raise UsageError(f"{flag} {item}: no such {what}; must be {rule.valid}.")
+                if rule.kind == "in_folder" and not is_dir:
+                    raise UsageError(f"{flag} {item}: a file, not a folder; must be {rule.valid}.")
+                if rule.kind == "in_file" and is_dir:
+                    raise UsageError(f"{flag} {item}: a folder, not a file; must be {rule.valid}.")
             elif rule.kind in ("text", "model"):
                 if not str(item).strip():
                     raise UsageError(f"{flag} is empty: must be {rule.valid}.")
@@ -1098,8 +1093,6 @@ def check_value(name: str, value, rule: Rule):
         return value
     if rule.kind in ("mapping", "mapping_file"):
         _check_mapping(name, value, rule)
-        if name == "deepspeed":
-            _check_deepspeed(value)
         return value
     if rule.kind == "numbers":
         values = value if isinstance(value, (list, tuple)) else [value]
@@ -1133,32 +1126,53 @@ def _check_mapping(name: str, value, rule: Rule) -> None:
     """A dict field of transformers' (`_VALID_DICT_FIELDS`): a mapping or a config object (Python), JSON text of a
     mapping (transformers parses text that starts with `{`), and for `mapping_file` a path to a file (DeepSpeed's
     also a base64 JSON, as accelerate passes it). Other text stays text, to fail where the run first reads it
-    (`generation_kwargs: x`, `accelerator_config: 7` opened file descriptor 7)."""
+    (`generation_kwargs: x`, `accelerator_config: 7` opened file descriptor 7). `--deepspeed` is a DeepSpeed JSON
+    config (not accelerate's YAML, which goes to `accelerate launch --config_file`) with the deepspeed package
+    installed (transformers needs it to read the file, 60 lines deep otherwise)."""
+    import importlib.util
     import json
     from pathlib import Path
 
+    is_file = False
     if isinstance(value, Mapping) or dataclasses.is_dataclass(value):
-        return
-    if not isinstance(value, str):
+        pass
+    elif not isinstance(value, str):
         _refuse(name, value, rule)
-    if value.startswith("{"):
+    elif value.startswith("{"):
         try:
             parsed = json.loads(value)
         except ValueError as error:
             raise ValueError(f"--{name} {_show(value)}: not JSON ({error}); must be {rule.valid}.") from None
         if not isinstance(parsed, dict):
             _refuse(name, value, rule)
+    elif rule.kind != "mapping_file":
+        raise ValueError(f"--{name} {_show(value)}: must be {rule.valid}.")
+    elif Path(value).expanduser().is_file():
+        is_file = True
+    elif not (name == "deepspeed" and _base64_json(value)):
+        where = "is a folder" if Path(value).expanduser().is_dir() else "does not exist"
+        raise ValueError(f"--{name} {_show(value)}: {where}; must be {rule.valid}.")
+    if name != "deepspeed":
         return
-    if rule.kind == "mapping_file":
+    if is_file:
         path = Path(value).expanduser()
-        if path.is_file():
-            return
-        if name == "deepspeed" and _base64_json(value):
-            return
-        if path.is_dir():
-            raise ValueError(f"--{name} {_show(value)}: is a folder; must be {rule.valid}.")
-        raise ValueError(f"--{name} {_show(value)}: does not exist; must be {rule.valid}.")
-    raise ValueError(f"--{name} {_show(value)}: must be {rule.valid}.")
+        try:
+            config = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError):
+            config = None
+        if not isinstance(config, dict):
+            hint = (
+                " (it reads as an accelerate config: pass it as accelerate launch --config_file, and --deepspeed "
+                "its deepspeed_config_file, if any)"
+                if path.suffix.lower() in (".yaml", ".yml")
+                else ""
+            )
+            raise ValueError(f"--deepspeed {value}: not a DeepSpeed JSON config{hint}.")
+    if importlib.util.find_spec("deepspeed") is None:
+        raise ValueError(
+            f"--deepspeed {value if isinstance(value, str) else '{...}'}: the deepspeed package is not installed "
+            "(pip install 'vepo-trl[deepspeed]')."
+        )
 
 
 def _base64_json(text: str) -> bool:
@@ -1171,35 +1185,6 @@ def _base64_json(text: str) -> bool:
         return isinstance(json.loads(base64.urlsafe_b64decode(text).decode("utf-8")), dict)
     except (binascii.Error, UnicodeDecodeError, ValueError):
         return False
-
-
-def _check_deepspeed(value) -> None:
-    """`--deepspeed`: a DeepSpeed JSON config (not accelerate's YAML, which goes to `accelerate launch --config_file`),
-    with the deepspeed package installed (transformers needs it to read the file, 60 lines deep otherwise)."""
-    import importlib.util
-    import json
-    from pathlib import Path
-
-    if isinstance(value, str) and Path(value).expanduser().is_file():
-        path = Path(value).expanduser()
-        try:
-            config = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, ValueError):
-            config = None
-        if not isinstance(config, dict):
-            accelerate = path.suffix.lower() in (".yaml", ".yml")
-            hint = (
-                " (it reads as an accelerate config: pass it as accelerate launch --config_file, and --deepspeed "
-                "its deepspeed_config_file, if any)"
-                if accelerate
-                else ""
-            )
-            raise ValueError(f"--deepspeed {value}: not a DeepSpeed JSON config{hint}.")
-    if importlib.util.find_spec("deepspeed") is None:
-        raise ValueError(
-            f"--deepspeed {value if isinstance(value, str) else '{...}'}: the deepspeed package is not installed "
-            "(pip install 'vepo-trl[deepspeed]')."
-        )
 
 
 def check_values(values: Mapping[str, object], rules: Mapping[str, Rule], *, early: bool = False) -> dict[str, object]:

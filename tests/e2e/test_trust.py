@@ -66,7 +66,7 @@ def write_record(folder: Path, **settings):
 
 def test_plan_run_decisions(tmp_path):
     from vepo_trl.errors import UsageError
-    from vepo_trl.run_folder import plan_run
+    from vepo_trl.run_folder import check_train_folder, plan_run
 
     folder = tmp_path / "run"
     assert plan_run(str(folder), {"a": 1}, resume=None, overwrite=False).checkpoint is None  # nothing there
@@ -84,8 +84,8 @@ def test_plan_run_decisions(tmp_path):
         plan_run(str(folder), {"a": 2}, resume=None, overwrite=False)
     with pytest.raises(UsageError, match="give one of them"):
         plan_run(str(folder), {"a": 2}, resume="true", overwrite=True)
-    with pytest.raises(UsageError, match="no such checkpoint folder"):
-        plan_run(str(folder), {"a": 1, "b": "x"}, resume=str(tmp_path / "nope"), overwrite=False)
+    with pytest.raises(UsageError, match="no such checkpoint folder"):  # checked with the folder, before plan_run
+        check_train_folder(str(folder), resume=str(tmp_path / "nope"))
     assert plan_run(str(folder), {"a": 2}, resume=None, overwrite=True).set_aside == [str(folder / "checkpoint-5")]
 
 

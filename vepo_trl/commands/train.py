@@ -143,14 +143,9 @@ def _parse(command: str, argv: list[str]):
         for value in values_from(argv, recipe, {"dataset_name": TEXT, "eval_dataset_name": TEXT}).values():
             if isinstance(value, str) and value.strip():
                 check_data_rows(value)
-        # The checkpoint named to resume from, as plan_run checks it (it runs minutes later, after TRL's import)
+        # The folder the run writes and the checkpoint it resumes, checked once here (before TRL is imported)
         resume = values_from(argv, recipe, {"resume_from_checkpoint": TEXT, "max_steps": TEXT})
-        if "resume_from_checkpoint" in resume:
-            from ..run_folder import check_resume_target
-
-            steps = str(resume.get("max_steps", "")).strip()
-            check_resume_target(resume["resume_from_checkpoint"], int(steps) if steps.lstrip("-").isdigit() else None)
-        # The folder the run writes, through the same check as every command's (before TRL is imported)
+        steps = str(resume.get("max_steps", "")).strip()
         given_folder = values_from(argv, recipe, {"output_dir": OUT_FOLDER})
         folder = given_folder.get("output_dir")
         if "output_dir" in given_folder and folder is None:  # a recipe's `output_dir: null`
@@ -158,10 +153,11 @@ def _parse(command: str, argv: list[str]):
                 "output_dir is null (unset): give the folder the model and its report go to (TRL would write to "
                 "trainer_output/ in the working folder)."
             )
-        if folder is not None:  # once: check_arguments does not check it again
+        if folder is not None:  # once: check_arguments and plan_run do not check them again
             from ..run_folder import check_train_folder
 
-            check_train_folder(str(folder))
+            check_train_folder(str(folder), resume.get("resume_from_checkpoint"),
+                               int(steps) if steps.lstrip("-").isdigit() else None)  # fmt: skip
     except ValueError as error:
         _fail(command, str(error))
     from ..preflight import check_arguments

@@ -167,9 +167,13 @@ class Benchmark:
         examples: list[Example] = []
         checked = False
         for index, row in enumerate(rows):
-            if not checked:
-                self.check_columns(row)
-                checked = True
+            missing = [] if checked else [column for column in self.required_columns if column not in row]
+            if missing:  # the first row's columns against the benchmark's schema
+                raise EvalDataError(
+                    f"{self.name}: the data has no column(s) {missing}; found {sorted(row)}. "
+                    f"Expected the schema of {self.hub_id}."
+                )
+            checked = True
             example = self.to_example(row, index, base_dir)
             if example is None:  # left out by the protocol (e.g. HallusionBench questions without a figure)
                 continue
@@ -183,14 +187,6 @@ class Benchmark:
     # -- adapter -----------------------------------------------------------------------------------------------------
 
     required_columns: tuple[str, ...] = ()
-
-    def check_columns(self, row: Mapping[str, Any]) -> None:
-        missing = [column for column in self.required_columns if column not in row]
-        if missing:
-            raise EvalDataError(
-                f"{self.name}: the data has no column(s) {missing}; found {sorted(row)}. "
-                f"Expected the schema of {self.hub_id}."
-            )
 
     def to_example(self, row: Mapping[str, Any], index: int, base_dir: Path | None) -> Example | None:
         raise NotImplementedError

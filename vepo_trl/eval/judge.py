@@ -131,8 +131,8 @@ class LLMJudge:
         # An HTTP 200 that says nothing is no verdict: a judge error (the row stays ungraded), never a wrong answer
         raise JudgeCallError(f"empty reply ({EMPTY_REPLY_ATTEMPTS} attempts)")
 
-    def check_reachable(self) -> str | None:
-        """None when the endpoint answers a one-token request with this key and model, else why not (one line)."""
+    def unreachable(self) -> str | None:
+        """Why the endpoint does not answer a one-token request with this key and model (one line), or None."""
         from .paper import JudgeCallError
 
         try:

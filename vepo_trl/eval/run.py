@@ -411,7 +411,7 @@ def make_judge(args, benches: list[Benchmark]):
     except ValueError as err:  # no key in the environment, or no openai client
         raise UsageError(f"--protocol {args.protocol} judges {', '.join(needing)}: {err} Or pass --protocol rule "
                              "(no judge; not the paper's numbers).") from None  # fmt: skip
-    problem = judge.check_reachable()
+    problem = judge.unreachable()
     if problem:
         where = args.judge_base_url or "OpenAI's API"
         raise UsageError(

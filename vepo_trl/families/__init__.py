@@ -215,7 +215,8 @@ def check_family_inputs(
     check_processor_of(config, processor)
     named = _named(datasets or {})
     for name, dataset in named:
-        _check_image_parts(name, dataset)
+        if problem := _image_parts_problem(name, dataset):
+            raise ValueError(problem)
     family = family_of(config)
     limits = family.limits if family is not None else None
     if limits is None:
@@ -305,28 +306,26 @@ def _image_parts(prompt) -> int:
     )
 
 
-def _check_image_parts(name: str, dataset) -> None:
-    """Prompts whose image parts have no images to fill them: one line naming the column or the row (TRL fails on
-    the first batch, 60 lines deep in the processor, "Number of images provided (0) does not match")."""
+def _image_parts_problem(name: str, dataset) -> str | None:
+    """Prompts whose image parts have no images to fill them, said naming the column or the row (TRL fails on the
+    first batch, 60 lines deep in the processor, "Number of images provided (0) does not match"), or None."""
     columns = getattr(dataset, "column_names", None) or []
     if "prompt" not in columns or len(dataset) == 0:
-        return
+        return None
     table = arrow_table(dataset)
     prompts = table.column("prompt").to_pylist() if table is not None else dataset["prompt"]
     parts = [_image_parts(prompt) for prompt in prompts]
-    if not any(parts):
-        return
-    if "images" not in columns and "image" not in columns:
+    if any(parts) and "images" not in columns and "image" not in columns:
         row = next(i for i, n in enumerate(parts) if n)
-        raise ValueError(
+        return (
             f"{name}: row {row}'s prompt has {parts[row]} image part(s) and the data set has no 'images' (or 'image') "
             f"column to fill them; add the images as an 'images' column (a list per row), columns present: "
             f"{columns}."
         )
-    counted = image_counts(dataset)
-    for row, (wanted, given) in enumerate(zip(parts, counted or [])):
+    for row, (wanted, given) in enumerate(zip(parts, image_counts(dataset) or [] if any(parts) else [])):
         if wanted and wanted != given:
-            raise ValueError(
+            return (
                 f"{name}: row {row}'s prompt has {wanted} image part(s) and {given} image(s): give one image per "
                 "image part."
             )
+    return None

@@ -29,8 +29,6 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "UnexpandedVLLMPrompts",
     "check_vllm",
-    "check_vllm_can_load",
-    "check_vllm_version",
     "fresh_image_features_after_sync",
     "guard_vllm_rollouts",
     "images_only_engine",
@@ -73,22 +71,6 @@ def installed_vllm_version() -> str | None:
         except PackageNotFoundError:
             continue
     return None
-
-
-def check_vllm_version() -> None:
-    """With `use_vllm`: refuse, in one line, a vLLM outside the installed TRL's range (vLLM 0.33 changed the server's
-    log-prob entries and TRL 1.16's parser fails on every image rollout in server mode)."""
-    from ..errors import UsageError
-
-    installed = installed_vllm_version()
-    if installed is None:
-        raise UsageError('use_vllm needs vLLM: pip install -e ".[vllm]" (the range TRL supports)')
-    supported = trl_vllm_range()
-    if supported is not None and not supported.contains(installed, prereleases=True):
-        raise UsageError(
-            f"use_vllm: vLLM {installed} is installed, but the installed TRL supports vllm{supported}; "
-            'pip install -e ".[vllm]" installs a supported version'
-        )
 
 
 def _vllm_models() -> dict | None:
@@ -149,14 +131,6 @@ def vllm_blocker(config) -> str | None:
     return family.vllm_blocker(config) if family is not None and family.vllm_blocker is not None else None
 
 
-def check_vllm(model, mode: str) -> None:
-    """With `use_vllm`: the installed vLLM is in TRL's range (`check_vllm_version`) and, in colocate mode, can start an
-    engine for `model` (`check_vllm_can_load`). Both in one line, before the model or vLLM loads."""
-    check_vllm_version()
-    if mode == "colocate":
-        check_vllm_can_load(model)
-
-
 def vllm_blocker_of(model) -> str | None:
     """`vllm_blocker` for a model, or its name or folder (its config read alone, before the model loads); None where no
     config can be read (loading the model then says what is wrong with the name)."""
@@ -171,12 +145,22 @@ def vllm_blocker_of(model) -> str | None:
     return vllm_blocker(config) if config is not None else None
 
 
-def check_vllm_can_load(model) -> None:
-    """With `use_vllm` in colocate mode, before the model loads: refuse in one line a model the installed vLLM cannot
-    start an engine for (`vllm_blocker_of`)."""
+def check_vllm(model=None, mode: str | None = None) -> None:
+    """With `use_vllm`, before the model or vLLM loads, in one line: the installed vLLM must be in the installed TRL's
+    range (vLLM 0.33 changed the server's log-prob entries and TRL 1.16's parser fails on every image rollout in server
+    mode), and in colocate mode it must be able to start an engine for `model` (`vllm_blocker_of`)."""
     from ..errors import UsageError
 
-    reason = vllm_blocker_of(model)
+    installed = installed_vllm_version()
+    if installed is None:
+        raise UsageError('use_vllm needs vLLM: pip install -e ".[vllm]" (the range TRL supports)')
+    supported = trl_vllm_range()
+    if supported is not None and not supported.contains(installed, prereleases=True):
+        raise UsageError(
+            f"use_vllm: vLLM {installed} is installed, but the installed TRL supports vllm{supported}; "
+            'pip install -e ".[vllm]" installs a supported version'
+        )
+    reason = vllm_blocker_of(model) if mode == "colocate" and model is not None else None
     if reason:
         raise UsageError(
             f"use_vllm (colocate): {reason}. Train with use_vllm=False (transformers generation), or in server mode "

@@ -92,5 +92,6 @@ def test_values_that_mean_something_pass_the_config(name, value):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        config = VEPOConfig(output_dir="unused", report_to="none", bf16=False, use_cpu=True, **{name: value})
+        read = {"log_completions": True} if name == "num_completions_to_print" else {}  # what makes it read
+        config = VEPOConfig(output_dir="unused", report_to="none", bf16=False, use_cpu=True, **read, **{name: value})
     assert getattr(config, name) == value

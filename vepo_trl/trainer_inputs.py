@@ -160,6 +160,19 @@ def check_packages(training_args) -> None:
             raise UsageError(
                 f"--report_to {name}: its package is not installed (pip install {name}), or pass --report_to none."
             )
+    # wandb's own login, as its callback would do it at the first step (after the model loaded): without a key, and
+    # without a terminal to ask for one, it raises there
+    reporting = available if "all" in (training_args.report_to or []) else set(training_args.report_to or [])
+    if "wandb" in reporting and os.environ.get("WANDB_MODE", "").lower() not in ("offline", "disabled", "dryrun"):
+        import wandb
+
+        try:
+            wandb.login(relogin=False)
+        except Exception as error:  # noqa: BLE001 - wandb's UsageError / AuthenticationError: said in one line
+            raise UsageError(
+                f"--report_to wandb: {' '.join(str(error).split())} (or WANDB_MODE=offline to log here, or "
+                "--report_to none)."
+            ) from None
     # The optimizer's package, by transformers' own lookup (it needs no model until it builds one): its ImportError
     # came after the model loaded
     from transformers import Trainer

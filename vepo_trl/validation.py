@@ -677,6 +677,28 @@ _EVAL_SET = Reads(("eval_dataset_name", "eval_strategy"), lambda held, strategy:
                   (None, "no"), ("geometry3k", "steps"))  # fmt: skip
 _LAB, _SYNTHETIC = "lab", "synthetic"  # data.loaders' generated data sets (light here: no import)
 
+_TRACKERS = ("wandb", "trackio", "comet_ml", "mlflow", "swanlab")  # the integrations that name a run
+
+
+def _reports_to(report_to, *names: str) -> bool:
+    """Whether `report_to` (a name, a list, or "all": every installed one) includes one of `names`."""
+    given = [str(item).lower() for item in (_as_list(report_to) if report_to is not None else [])]
+    return "all" in given or any(name in given for name in names)
+
+
+def _above_zero(value) -> bool:
+    return value is not None and float(value) > 0
+
+
+def _never(why: str) -> Reads:
+    """A setting no `vepo-trl train` run reads (checked against TRL 1.16 and transformers 5.25): refused when given."""
+    return Reads((), lambda: False, lambda: f"no vepo-trl train run reads it: {why}")
+
+
+_GRPO_OVERRIDES = "GRPOTrainer overrides the Trainer code that reads it"
+_CLIPPED_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")  # TRL's two-sided clip (delta) applies to these
+
+
 # `vepo-trl train` / `demo` / `VEPOConfig`: the settings of TRL, transformers and the script read only in some modes.
 # VEPO's strategy and perturbation settings follow the registries (`unread_settings`, added by `settings_reads`).
 TRAIN_READS: dict[str, Reads] = {
@@ -758,6 +780,100 @@ TRAIN_READS: dict[str, Reads] = {
         "dataset_name synthetic or lab (generated rows; --max_train_samples keeps the first N rows of a file)",
         ("my/data.jsonl", None),
         (_SYNTHETIC, None),
+    ),  # fmt: skip
+    # transformers runs num_train_epochs only where no step count is given
+    "num_train_epochs": Reads(
+        ("max_steps",),
+        lambda steps: steps is None or float(steps) <= 0,
+        "--max_steps -1 (a step count stops the run there)",
+        (60,),
+        (-1,),
+    ),  # fmt: skip
+    "optim_target_modules": Reads(
+        ("optim",),
+        lambda optim: _mode(optim).startswith(("galore", "apollo")),
+        "--optim galore_* or apollo_* (low-rank optimizers)",
+        ("adamw_torch",),
+        ("galore_adamw",),
+    ),  # fmt: skip
+    "liger_kernel_config": Reads(("use_liger_kernel",), _true, "--use_liger_kernel true", (False,), (True,)),
+    "run_name": Reads(
+        ("report_to",),
+        lambda report_to: _reports_to(report_to, *_TRACKERS),
+        "--report_to wandb, trackio, comet_ml, mlflow or swanlab (the tracker names the run)",
+        ("none",),
+        ("wandb",),
+    ),  # fmt: skip
+    **dict.fromkeys(
+        ("project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id"),
+        Reads(
+            ("report_to",),
+            lambda report_to: _reports_to(report_to, "trackio"),
+            "--report_to trackio",
+            ("none",),
+            ("trackio",),
+        ),
+    ),  # fmt: skip
+    **dict.fromkeys(
+        ("dataloader_persistent_workers", "dataloader_prefetch_factor", "dataloader_multiprocessing_context"),
+        Reads(
+            ("dataloader_num_workers",), _above_zero, "--dataloader_num_workers above 0 (worker processes)", (0,), (2,)
+        ),
+    ),  # fmt: skip
+    "cache_implementation": Reads(
+        ("use_vllm",), lambda use: not _true(use), "transformers generation (--use_vllm false)", (True,), (False,)
+    ),  # fmt: skip
+    # TRL's loss options, by the loss that reads them
+    "delta": Reads(
+        ("loss_type",),
+        lambda loss: loss in _CLIPPED_LOSSES,
+        f"--loss_type {' / '.join(_CLIPPED_LOSSES)} (two-sided clipping)",
+        ("sapo",),
+        ("grpo",),
+    ),  # fmt: skip
+    **dict.fromkeys(
+        ("sapo_temperature_neg", "sapo_temperature_pos"),
+        Reads(("loss_type",), lambda loss: loss == "sapo", "--loss_type sapo", ("grpo",), ("sapo",)),
+    ),  # fmt: skip
+    **dict.fromkeys(
+        ("vespo_k_pos", "vespo_k_neg", "vespo_lambda_pos", "vespo_lambda_neg"),
+        Reads(("loss_type",), lambda loss: loss == "vespo", "--loss_type vespo", ("grpo",), ("vespo",)),
+    ),  # fmt: skip
+    "use_bias_correction_kl": Reads(("beta",), _above_zero, "--beta above 0 (the KL term)", (0.0,), (0.04,)),
+    **dict.fromkeys(
+        ("entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target"),
+        Reads(("use_adaptive_entropy",), _true, "--use_adaptive_entropy true (its controller)", (False,), (True,)),
+    ),  # fmt: skip
+    **dict.fromkeys(
+        ("num_completions_to_print", "log_completions_hub_repo"),
+        Reads(("log_completions",), _true, "--log_completions true", (False,), (True,)),
+    ),  # fmt: skip
+    "dataset_test_split": _EVAL_SET,
+    **dict.fromkeys(
+        ("bnb_4bit_quant_type", "use_bnb_nested_quant", "bnb_4bit_quant_storage"),
+        Reads(("load_in_4bit",), _true, "--load_in_4bit true", (False,), (True,)),
+    ),  # fmt: skip
+    # Read by no GRPO run (the Trainer paths that read them are overridden, or nothing reads them)
+    **dict.fromkeys(
+        (
+            "average_tokens_across_devices",
+            "label_smoothing_factor",
+            "prediction_loss_only",
+            "label_names",
+            "train_sampling_strategy",
+            "length_column_name",
+        ),
+        _never(_GRPO_OVERRIDES),
+    ),  # fmt: skip
+    "include_for_metrics": _never("it feeds compute_metrics, which GRPOTrainer takes none of"),
+    "data_seed": _never("it seeds a RandomSampler; GRPOTrainer samples with its own RepeatSampler (seeded by seed)"),
+    **dict.fromkeys(
+        ("do_train", "do_eval", "do_predict"), _never("transformers' example scripts read it, no trainer")
+    ),
+    "max_tool_calling_iterations": _never("it bounds tool calls, and vepo-trl train passes no tools"),
+    **dict.fromkeys(
+        ("dataset_config", "dataset_streaming", "ignore_bias_buffers"),
+        _never("TRL's own scripts read it; vepo-trl train's data loader takes a name or a file"),
     ),  # fmt: skip
     **dict.fromkeys(
         ("min_pixels", "max_pixels"),
@@ -949,7 +1065,10 @@ def troubleshooting_markdown() -> str:
     rows += [f"| `--{name}` | {rule.valid} |" for name, rule in sorted(RANGES.items())]
     combos = [_combination_line(c) for c in COMBINATIONS]
     reads = ["| setting | read only with |", "|---|---|"]
-    reads += [f"| `--{name}` | {rule.needs} |" for name, rule in TRAIN_READS.items()]
+    reads += [
+        f"| `--{name}` | {rule.needs() if callable(rule.needs) and not rule.deciders else rule.needs} |"
+        for name, rule in TRAIN_READS.items()
+    ]
     return "\n".join([
         "### Values", "", *rows, "", "### Settings that cannot go together", "", *combos, "",
         "### Settings a train run reads only in some modes", "",

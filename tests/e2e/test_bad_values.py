@@ -143,6 +143,18 @@ def test_a_model_family_without_an_adapter_is_refused_before_its_weights_load(tm
     assert not (tmp_path / "out").exists()
 
 
+def test_wandb_without_a_key_is_refused_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    """`--report_to wandb` on a machine not logged in (no key, no terminal to ask): wandb's callback raised its
+    UsageError at the first step, a traceback after the model had loaded; wandb's own login runs before that now."""
+    for name in ("WANDB_API_KEY", "WANDB_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc, no wandb settings of this machine's user
+    monkeypatch.setenv("NETRC", str(tmp_path / ".netrc"))
+    code, out, err = run_cli(train_argv(tmp_path / "out", "--report_to", "wandb"), capsys)
+    assert_one_error_line(code, err, None, "--report_to wandb", "wandb login", "WANDB_MODE=offline")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("kind", ["model", "adapter"])
 def test_a_folder_without_its_processor_is_refused_before_its_weights_load(tmp_path, capsys, kind):
     folder = tmp_path / kind

@@ -405,7 +405,7 @@ def test_a_recipe_list_where_one_value_goes_is_refused_naming_it(kind, needle, t
 
 def test_text_fields_take_a_yaml_number_or_date_as_text(tmp_path, capsys, monkeypatch):
     recipe = yaml.safe_load(Path(TINY_RECIPE).read_text())
-    recipe.update(run_name=datetime.date(2024, 1, 5), hub_model_id=12)
+    recipe.update(run_name=datetime.date(2024, 1, 5), hub_model_id=12, report_to="mlflow")  # mlflow names the run
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe))
     seen = {}
@@ -535,8 +535,9 @@ def mode_words(command: str, deciders: tuple[str, ...], values: tuple, place: Pl
 
 def base_words(command: str, deciders: tuple[str, ...], place: Place, out: Path, words=()) -> list[str]:
     model = ["--model", str(place.root / "model")]
-    if command == "train":
-        return ["--config", TINY_RECIPE, "--max_steps", "1", "--output_dir", str(out)]
+    if command == "train":  # one step, unless the mode sets the step count
+        steps = [] if "max_steps" in deciders else ["--max_steps", "1"]
+        return ["--config", TINY_RECIPE, *steps, "--output_dir", str(out)]
     if command == "eval":  # a model, unless the mode grades stored completions
         return ["--benchmarks", "synthetic", "--output_dir", str(out)] + ([] if "--rescore" in words else model)
     if command == "inspect":

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import enum
 import functools
 import math
 import numbers
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -144,7 +146,6 @@ RANGES: dict[str, Rule] = {
     "seed": _whole(_between(0, 2**32 - 1), "a whole number in 0..2**32-1"),
     "data_seed": _whole(_between(0, 2**32 - 1), "a whole number in 0..2**32-1, or unset", True),
     "save_total_limit": _whole(_at_least(0), "a whole number >= 0 (checkpoints kept), or unset", True),
-    "torch_empty_cache_steps": _whole(_at_least(1), "a whole number >= 1, or unset", True),
     "eval_accumulation_steps": _whole(_at_least(1), "a whole number >= 1, or unset", True),
     "dataloader_num_workers": _whole(_at_least(0), "a whole number >= 0"),
     "dataloader_prefetch_factor": _whole(_at_least(1), "a whole number >= 1, or unset", True),
@@ -180,10 +181,6 @@ RANGES: dict[str, Rule] = {
     "entropy_target": _number(_at_least(0), ">= 0 (nats)"),
     "max_tool_calling_iterations": _whole(_at_least(0), "a whole number >= 0, or unset", True),
     "off_policy_mask_threshold": _number(_above(0), "above 0, or unset", True),
-    # TrainingArguments' strategies (enums there; their names here, so the early check sees them)
-    "save_strategy": _names("no", "steps", "epoch", "best"),
-    "eval_strategy": _names("no", "steps", "epoch"),
-    "logging_strategy": _names("no", "steps", "epoch"),
     # TRL's options that take one of a few names (from GRPOConfig's help)
     "vllm_mode": _names("server", "colocate"),
     "vllm_model_impl": _names("vllm", "transformers"),
@@ -1119,6 +1116,11 @@ def _annotations(cls) -> dict:
 def _type_rule(field, annotation) -> Rule | None:
     """A field's own rule from its dataclass: `choices` in its metadata, or its int / float type."""
     choices = field.metadata.get("choices") if field.metadata else None
+    # An enum among the annotation's types (transformers' SaveStrategy, OptimizerNames, ...): its values, read off the
+    # upstream class (and saved for the early check), not restated here
+    enums = [t for t in (annotation, *typing.get_args(annotation)) if isinstance(t, type) and issubclass(t, enum.Enum)]
+    if not choices and enums:
+        choices = [member.value for member in enums[0]]
     if choices:
         names = tuple(choices)
         return Rule("choice", f"one of {', '.join(map(str, names))}", choices=lambda: names, optional=True)
@@ -1193,6 +1195,8 @@ def check_value(name: str, value, rule: Rule):
         _refuse(name, value, rule)
     if rule.kind == "choice_or_bool" and isinstance(value, bool):
         return value
+    if isinstance(value, enum.Enum) and rule.kind == "choice":  # a member of the field's enum (transformers' own)
+        return value if value.value in tuple(rule.choices()) else _refuse(name, value.value, rule)
     if rule.kind in ("choice", "choice_or_bool"):
         names = tuple(rule.choices())
         if (value.lower() if isinstance(value, str) and rule.kind == "choice_or_bool" else value) not in names:

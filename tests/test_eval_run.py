@@ -107,6 +107,7 @@ def test_all_seven_then_resume_then_refuse(tiny_model_dir, data_dir, tmp_path, m
         (["--benchmarks", "mathvista,foo"], "Unknown benchmark 'foo'. Valid names are: geometry3k"),
         (["--model", "no/such/model-folder"], "--model 'no/such/model-folder': no such model folder"),
         (["--model", "vepo-demo"], "Run `vepo-trl demo` first."),
+        (["--model", "run1"], "--model 'run1': no such model folder"),  # a bare name: no Hub id is
         (["--data_dir", "NODIR"], "--data_dir NODIR: no such folder; must be a folder of benchmark copies"),
         (
             ["--data_dir", "EMPTY"],
@@ -139,6 +140,19 @@ def test_usage_errors_are_one_line_before_the_model(
     err = capsys.readouterr().err.strip()
     assert error.value.code == 2 and err.startswith("vepo-trl eval: error: ") and "\n" not in err
     assert message in err
+
+
+def test_a_python_caller_gets_the_rules_that_join_the_options(tmp_path):
+    """The rules that moved into validation.COMBINATIONS hold for `run(args)` from Python too, not only as the CLI
+    parses: no model and nothing to rescore is refused in one line, not an AttributeError."""
+    from vepo_trl.commands.eval import make_parser
+    from vepo_trl.errors import UsageError
+    from vepo_trl.eval.run import run
+
+    args = make_parser().parse_args(["--model", "tiny-qwen2.5-vl", "--output_dir", str(tmp_path / "e")])
+    args.model = None
+    with pytest.raises(UsageError, match=r"--model is required \(or --rescore DIR"):
+        run(args)
 
 
 def test_lenient_judge_path_and_never_writes_the_key(tiny_model_dir, data_dir, tmp_path, monkeypatch,

@@ -32,6 +32,19 @@ def parse_tiny(*args):
     return make_parser().parse_args_and_config(["--config", str(TINY_RECIPE), *args])
 
 
+def test_a_python_callers_evaluation_schedule_is_not_refused(tmp_path):
+    """TrainingArguments sets do_eval itself for an evaluation schedule: a Python caller's run (train.main checks
+    the settings the caller gave, read off VEPOConfig before its __post_init__) is not refused for it."""
+    from vepo_trl.preflight import check_arguments
+
+    script_args, training_args, model_args = parse_tiny(
+        "--output_dir", str(tmp_path / "run"), "--eval_strategy", "steps", "--eval_steps", "1",
+        "--eval_dataset_name", "synthetic", *SHORT,
+    )  # fmt: skip
+    assert training_args.do_eval and "do_eval" not in training_args._given
+    check_arguments(script_args, training_args, model_args)  # what train.main runs for a Python caller
+
+
 def test_packaged_demo_recipe_is_the_repo_recipe():
     packaged = REPO / "vepo_trl" / "recipes" / "tiny.yaml"
     assert packaged.read_text() == Path(TINY_RECIPE).read_text()

@@ -231,6 +231,9 @@ class VEPOConfig(GRPOConfig):
         given = [
             name for name in given_fields(self) if name != "perturbation_seed" or self.perturbation_seed != self.seed
         ]
+        # What the caller set, before TrainingArguments fills in its own (do_eval from eval_strategy, ...): what
+        # `preflight.check_arguments` holds a Python caller's run to
+        self._given = frozenset(given)
         if _CHECKPOINTING_RENAMED and self.activation_checkpointing is None and self.gradient_checkpointing is None:
             self.activation_checkpointing = True  # TRL's default, without transformers' warning about the old name
         if "dataloader_pin_memory" not in given and not _has_accelerator():

@@ -197,13 +197,14 @@ def is_builtin_model(name: str) -> bool:
 
 def check_model_name(
     name: str | None, what: str = "model_name_or_path", *, use: str = "give the run's output_dir",
-    adapter: bool = False, visual: str | None = None,
+    adapter: bool = False, visual: str | None = None, adapters: bool = True,
 ) -> str:  # fmt: skip
     """The one rule for a model a command is given, before anything loads (a `UsageError` naming `what` and the
-    fix): a missing local folder, a folder that is not a saved model (no config.json or adapter_config.json), or not
-    a PEFT adapter where `adapter` asks for one, a folder without its weights (`check_weights`: `use` says what to
-    give instead), a text-only model where `visual` says why images are needed, or a Hub id that is neither in the
-    local cache nor downloadable (offline). Returns the name as it loads (a folder with `~` expanded)."""
+    fix): a missing local folder; a folder that is not a saved model (no config.json, or only an adapter's
+    adapter_config.json where the command loads no adapter: `adapters`), or not a PEFT adapter where `adapter` asks
+    for one; a folder without its weights (`check_weights`: `use` says what to give instead); a text-only model where
+    `visual` says why images are needed; a name that is not owner/name, or a Hub id neither in the local cache nor
+    downloadable (offline). Returns the name as it loads (a folder with `~` expanded)."""
     if not name:
         raise UsageError(f"{what} is not set: give a Hub id, a local model folder or {TINY_MODEL}.")
     if is_builtin_model(name):
@@ -211,7 +212,7 @@ def check_model_name(
     path = Path(name).expanduser()
     if path.is_dir():
         config, adapter_config = (path / "config.json").is_file(), (path / "adapter_config.json").is_file()
-        if not config and not adapter_config:
+        if not config and not (adapters and adapter_config):  # `adapters`: the command loads an adapter's folder
             raise UsageError(f"{what} {name!r} is a folder without config.json: not a saved model.")
         if adapter and not adapter_config:
             raise UsageError(
@@ -224,7 +225,9 @@ def check_model_name(
             raise UsageError(f"{what} {name}: {text_only}; {visual}.")
         return str(path)
     demo = " Run `vepo-trl demo` first." if path.name == "vepo-demo" else ""  # the demo's output folder
-    looks_local = name.startswith(("/", "./", "../", "~", ".\\")) or path.exists() or not _HUB_ID.match(name)
+    # A Hub id is owner/name (every vision-language checkpoint is): a bare name is a folder that is not here
+    looks_local = name.startswith(("/", "./", "../", "~", ".\\")) or path.exists() or name.count("/") != 1
+    looks_local = looks_local or not _HUB_ID.match(name)
     if looks_local or demo:
         raise UsageError(
             f"{what} {name!r}: no such model folder. Give a local folder saved with save_pretrained, a Hub id such "

@@ -290,10 +290,9 @@ def check_arguments(script_args, training_args, model_args, given=None, typed=No
         raise UsageError(str(error)) from None
     # Every setting the run was given takes effect, or is refused in one line naming it and what would make it read:
     # `given` the names the command line or recipe set (the Python API compares with the defaults instead)
-    if given is None:
-        given = {name for args in (script_args, training_args, model_args) for name in given_fields(args)}
-        if training_args.perturbation_seed == training_args.seed:  # the seed it defaults to
-            given.discard("perturbation_seed")
+    if given is None:  # the config's own as it was given (`VEPOConfig._given`: before its __post_init__ filled in)
+        given = {name for args in (script_args, model_args) for name in given_fields(args)}
+        given |= getattr(training_args, "_given", None) or set(given_fields(training_args))
     check_read(settings_reads(), values, given, typed)
     check_packages(training_args)
     if training_args.use_vllm:

@@ -163,7 +163,12 @@ def check_packages(training_args) -> None:
     # wandb's own login, as its callback would do it at the first step (after the model loaded): without a key, and
     # without a terminal to ask for one, it raises there
     reporting = available if "all" in (training_args.report_to or []) else set(training_args.report_to or [])
-    if "wandb" in reporting and os.environ.get("WANDB_MODE", "").lower() not in ("offline", "disabled", "dryrun"):
+    main_process = os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) == "0"  # the one that logs
+    if (
+        "wandb" in reporting
+        and main_process
+        and os.environ.get("WANDB_MODE", "").lower() not in ("offline", "disabled", "dryrun")
+    ):
         import wandb
 
         try:

@@ -479,6 +479,17 @@ COMBINATIONS: list[Combination] = [
         unset=True,
         example=("steps", None),
     ),
+    Combination(
+        ("eval_on_start", "eval_dataset_name"),
+        lambda start, held: not _true(start) or bool(held),
+        lambda *_: (
+            "--eval_on_start true evaluates on an evaluation set before the first step, and none is given: add "
+            "--eval_dataset_name, or drop --eval_on_start (TRL fails on it after the model loaded)."
+        ),
+        commands=("train",),
+        unset=True,
+        example=(True, None),
+    ),
     # Facts of the built run (`FACTS`: where it trains, how FSDP saves), checked once it is built
     Combination(
         ("fp16", "device_type"),
@@ -556,12 +567,12 @@ COMBINATIONS: list[Combination] = [
         example=(True, True),
     ),
     Combination(
-        ("push_to_hub", "model", "adapter", "rescore"),
-        lambda push, model, adapter, stored: not _true(push) or stored is not None or _is_folder(adapter or model),
+        ("push_to_hub", "model", "adapter"),
+        lambda push, model, adapter: not _true(push) or _is_folder(adapter or model),
         lambda *_: "--push_to_hub pushes the card of a local model folder; --model is not one.",
         commands=("eval",),
         unset=True,
-        example=(True, "owner/name", None, None),
+        example=(True, "owner/name", None),
     ),
     # VEPO's token selection against GRPO's options that act on the same tokens or their weights
     Combination(
@@ -669,12 +680,13 @@ _IS_CORRECTION = Reads(
     (True, True),
 )
 PUSHES = Reads(("push_to_hub",), _true, "--push_to_hub", (False,), (True,))
-_EVAL_SET = Reads(("eval_dataset_name", "eval_strategy"), lambda held, strategy: bool(held) and _mode(strategy) != "no",
-                  "--eval_dataset_name (an evaluation set) with an --eval_strategy other than no",
-                  (None, "no"), ("geometry3k", "steps"))  # fmt: skip
+_EVAL_SET = Reads(("eval_dataset_name", "eval_strategy", "eval_on_start"),
+                  lambda held, strategy, start: bool(held) and (_mode(strategy) != "no" or _true(start)),
+                  "--eval_dataset_name (an evaluation set) with an --eval_strategy other than no (or --eval_on_start)",
+                  (None, "no", False), ("geometry3k", "steps", False))  # fmt: skip
 _LAB, _SYNTHETIC = "lab", "synthetic"  # data.loaders' generated data sets (light here: no import)
 
-_TRACKERS = ("wandb", "trackio", "comet_ml", "mlflow", "swanlab")  # the integrations that name a run
+_TRACKERS = ("wandb", "trackio", "comet_ml", "mlflow", "dagshub", "swanlab")  # the integrations that name a run
 
 
 def _reports_to(report_to, *names: str) -> bool:
@@ -742,7 +754,13 @@ TRAIN_READS: dict[str, Reads] = {
     ),
     "max_eval_samples": _EVAL_SET,
     # (an evaluation schedule without a set is a rule of its own: `COMBINATIONS`)
-    "eval_dataset_name": _strategy_is("eval_strategy", needs="--eval_strategy steps or epoch"),
+    "eval_dataset_name": Reads(
+        ("eval_strategy", "eval_on_start"),
+        lambda strategy, start: _mode(strategy) != "no" or _true(start),
+        "--eval_strategy steps or epoch (or --eval_on_start true)",
+        ("no", False),
+        ("steps", False),
+    ),  # fmt: skip
     # hub_model_id is read without a push too: the model card's usage snippet names it
     **dict.fromkeys(("hub_strategy", "hub_private_repo", "hub_always_push", "hub_revision"), PUSHES),
     **dict.fromkeys(
@@ -797,7 +815,7 @@ TRAIN_READS: dict[str, Reads] = {
     "run_name": Reads(
         ("report_to",),
         lambda report_to: _reports_to(report_to, *_TRACKERS),
-        "--report_to wandb, trackio, comet_ml, mlflow or swanlab (the tracker names the run)",
+        "--report_to wandb, trackio, comet_ml, mlflow, dagshub or swanlab (the tracker names the run)",
         ("none",),
         ("wandb",),
     ),  # fmt: skip

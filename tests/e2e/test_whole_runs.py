@@ -46,6 +46,7 @@ ACCEPTED_AND_IGNORED = [
     # (f13) evaluation without an evaluation set failed after loading; the reverse was ignored
     (["--eval_strategy", "steps", "--eval_steps", "1"], "none is given: add --eval_dataset_name"),
     (["--eval_dataset_name", "synthetic"], "read only with --eval_strategy steps or epoch"),
+    (["--eval_on_start", "true"], "--eval_on_start true evaluates on an evaluation set"),  # TRL: after loading
     # (f24, f25) integrations that are not installed
     (["--report_to", NOT_INSTALLED], f"--report_to {NOT_INSTALLED}: its package is not installed"),
     (["--report_to", "bogus"], "--report_to bogus: not a reporting integration"),

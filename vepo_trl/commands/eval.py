@@ -103,7 +103,7 @@ class EvalOptions:
     no_model_card: bool = option(False, "Leave the model folder's README.md as it is (by default the complete "
                                  "results are written into it as `model-index` metadata, the Hub's evaluation-results "
                                  "format).", reads=ALWAYS, rule=FLAG, group="model card and Hub")  # fmt: skip
-    push_to_hub: bool = option(False, "Push the card with the results to --hub_model_id.", reads=ALWAYS, rule=FLAG,
+    push_to_hub: bool = option(False, "Push the card with the results to --hub_model_id.", reads=GENERATES, rule=FLAG,
                                group="model card and Hub")  # fmt: skip
     hub_model_id: str | None = option(None, "The Hub repo of the model (owner/name), for --push_to_hub.", reads=PUSHES, rule=TEXT,
                                       group="model card and Hub")  # fmt: skip

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..local_models import TINY_MODEL, check_hub_push, check_model_name, resolve_model_name
+from ..local_models import check_hub_push, check_model_name, is_builtin_model, resolve_model_name
 from ..run_folder import check_folder_owner
 from .benchmarks import (
     BENCHMARKS,
@@ -544,8 +544,13 @@ def run(args) -> dict[str, Any]:
     from accelerate.utils import broadcast_object_list, gather_object
     from tqdm.auto import tqdm
 
+    from ..validation import check_combinations
     from .generate import resolve_adapter
 
+    try:  # the rules that join eval's options, for a Python caller too (the CLI checked them as it parsed)
+        check_combinations(vars(args), command="eval")
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     if args.rescore is not None:
         return rescore(args)
     # -- usage checks: all before data or model loading ------------------------------------------------------------
@@ -596,7 +601,7 @@ def run(args) -> dict[str, Any]:
         # A full run completes a folder that a --limit run started; a --limit run never shrinks a full one
         if args.limit is None or not isinstance(previous, dict) or previous.get("limit") is not None:
             manifest.setdefault("totals", {})[name] = {"examples": len(loaded), "limit": args.limit}
-    if model_id == TINY_MODEL:
+    if is_builtin_model(model_id):  # tiny-<family>, the lab's warm start: built on first use
         model_id = resolve_model_name(model_id)
     start = time.perf_counter()
     generator = _make_generator(args, backend, model_id, adapter, state)

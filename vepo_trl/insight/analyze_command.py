@@ -28,7 +28,7 @@ from .commands import (
 def analyze_main(args) -> None:
     """`vepo-trl analyze`'s work on its parsed options (`vepo_trl.commands.analyze`); user errors raise `UsageError`."""
     recipe = _read_recipe(args.config) if args.config else {}
-    model_name = check_model_name(args.model or recipe.get("model_name_or_path"), "--model")
+    model_name = check_model_name(args.model or recipe.get("model_name_or_path"), "--model", adapters=False)
     check_data_rows(args.dataset)  # its format and schema, before a model or an image loads
     settings = _settings(args, recipe)
     # --output_dir, --limit and --ratios went through the option table as they were parsed

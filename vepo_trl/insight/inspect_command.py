@@ -118,7 +118,7 @@ def inspect_main(args) -> None:
         _write_outputs(args, records, {"source": args.records})
         return
     recipe = _read_recipe(args.config) if args.config else {}
-    model_name = check_model_name(args.model or recipe.get("model_name_or_path"), "--model")
+    model_name = check_model_name(args.model or recipe.get("model_name_or_path"), "--model", adapters=False)
     settings = _settings(args, recipe)
     check_output("--output", Path(args.output or DEFAULT_PAGE), "file")
     bounds = _pixel_bounds(args, recipe)

@@ -380,7 +380,6 @@ def run_one(
         use_cpu=True,
         bf16=False,
         seed=seed,
-        data_seed=seed,
         disable_tqdm=True,
         activation_checkpointing=False,
         log_completions=False,

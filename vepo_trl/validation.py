@@ -19,50 +19,22 @@ import contextvars
 import dataclasses
 import enum
 import functools
-import math
-import numbers
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class Rule:
-    """What one field's value must be. `kind`: "whole" (a whole number), "number" (a finite number), "numbers" (a
-    list of finite numbers), "choice", "bool", "mapping" (a mapping, or its JSON inline: transformers' dict fields),
-    "mapping_file" (those, or a path to an existing JSON file). `test` takes the converted value; `valid` says in words what passes."""
-
-    kind: str
-    valid: str
-    test: Callable[[object], bool] | None = None
-    optional: bool = False
-    choices: Callable[[], Iterable[str]] | None = None
-
-
-def _at_least(low):
-    return lambda v: v >= low
-
-
-def _above(low):
-    return lambda v: v > low
-
-
-def _between(low, high, *, low_open=False, high_open=False):
-    return lambda v: (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
-
-
-def _whole(test, valid, optional=False) -> Rule:
-    return Rule("whole", valid, test, optional)
-
-
-def _number(test, valid, optional=False) -> Rule:
-    return Rule("number", valid, test, optional)
-
-
-def _names(*names, boolean=False) -> Rule:
-    """One of `names` (`boolean`: a YAML true / false passes too)."""
-    rule = Rule("choice", f"one of {', '.join(names)}", choices=lambda: names)
-    return dataclasses.replace(rule, kind="choice_or_bool") if boolean else rule
+from .rules import (  # noqa: F401 - the engine, re-exported: the tables here and the commands' declarations use it
+    Rule,
+    _above,
+    _at_least,
+    _between,
+    _names,
+    _number,
+    _refuse,
+    _show,
+    _whole,
+    check_value,
+)
 
 
 _PORT = _whole(_between(1, 65535), "a port number in 1..65535")
@@ -238,14 +210,6 @@ RANGES: dict[str, Rule] = {
 }
 
 
-# The image bounds a data loader resizes with (`data.loaders`), and the multiple of its model's processor
-IMAGE_BOUNDS = {
-    "min_pixels": _whole(_at_least(1), "a whole number of pixels >= 1"),
-    "max_pixels": _whole(_at_least(1), "a whole number of pixels >= 1"),
-    "image_factor": Rule("whole", "a whole number >= 1", lambda v: v >= 1),
-}
-
-
 # The kinds of value the commands' own options take, for their declarations (`vepo_trl.commands.*`, built with
 # `options.option`): a name `RANGES` holds is reused there as it is ("temperature", "noise_step", "min_pixels", ...).
 # Beyond the number kinds: "text" (any non-empty text), "url", "out_folder" (a folder the command writes:
@@ -355,7 +319,6 @@ def _optim_args(text) -> dict[str, str]:
 
 # Facts of a built run that rules in `COMBINATIONS` join with settings: not options, given by the code that knows them
 FACTS = {
-    "image_factor": "the multiple the model's processor rounds image sides to",
     "device_type": "the device the run trains on",
     "fsdp_version": "the FSDP version the run shards with",
     "fsdp_state_dict_type": "how its FSDP checkpoints are saved",
@@ -384,15 +347,6 @@ COMBINATIONS: list[Combination] = [
         lambda low, high: low <= high,
         lambda low, high: f"--min_pixels {low} --max_pixels {high}: need min_pixels <= max_pixels.",
         example=(60000, 50000),
-    ),
-    Combination(
-        ("max_pixels", "image_factor"),
-        lambda high, factor: high >= factor**2,
-        lambda high, factor: (
-            f"--max_pixels {high}: must be at least image_factor**2 = {factor**2} (the model's patch grid: one "
-            "merged patch)."
-        ),
-        example=(400, 28),
     ),
     Combination(
         ("generation_batch_size", "num_generations"),
@@ -1184,148 +1138,6 @@ def _class_rules(cls) -> dict[str, Rule]:
             rule = dataclasses.replace(rule, optional=True)
         rules[field.name] = rule
     return rules
-
-
-def _refuse(name, value, rule: Rule):
-    raise ValueError(f"--{name} {_show(value)}: must be {rule.valid}.")
-
-
-def _suggest(value) -> str:
-    """The number a mistyped value likely meant, as Python code (`"0.2"` -> `0.2`), else `<a number>`."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return "<a number>"
-    return str(int(number)) if number.is_integer() and "." not in str(value) else str(number)
-
-
-def _show(value) -> str:
-    if isinstance(value, (list, tuple)):
-        return " ".join(_show(v) for v in value)
-    return repr(value) if isinstance(value, str) else str(value)
-
-
-def check_value(name: str, value, rule: Rule):
-    """`value` (already converted) against `rule`; returns it (a whole float such as YAML's 500.0 as an int)."""
-    if value is None:
-        if rule.optional or rule.kind == "numbers":
-            return None
-        _refuse(name, value, rule)
-    if rule.kind == "choice_or_bool" and isinstance(value, bool):
-        return value
-    if isinstance(value, enum.Enum) and rule.kind == "choice":  # a member of the field's enum (transformers' own)
-        return value if value.value in tuple(rule.choices()) else _refuse(name, value.value, rule)
-    if rule.kind in ("choice", "choice_or_bool"):
-        names = tuple(rule.choices())
-        if (value.lower() if isinstance(value, str) and rule.kind == "choice_or_bool" else value) not in names:
-            listed = "" if rule.valid.startswith("one of") else f" (one of {', '.join(sorted(names))})"
-            # YAML reads an unquoted no / yes / off / on as a boolean
-            quote = (
-                f" (a recipe's unquoted {'no' if not value else 'yes'} is YAML for {str(value).lower()}: quote it, "
-                f'{name}: "{"no" if not value else "yes"}")'
-                if isinstance(value, bool)
-                else ""
-            )
-            raise ValueError(f"--{name} {_show(value)}: must be {rule.valid}{listed}{quote}.")
-        return value
-    if rule.kind == "bool":
-        if not isinstance(value, bool):
-            _refuse(name, value, rule)
-        return value
-    if rule.kind in ("mapping", "mapping_file"):
-        _check_mapping(name, value, rule)
-        return value
-    if rule.kind == "numbers":
-        values = value if isinstance(value, (list, tuple)) else [value]
-        for item in values:
-            if isinstance(item, bool) or not isinstance(item, numbers.Real):
-                raise ValueError(
-                    f"--{name} {_show(value)}: {_show(item)} is a {type(item).__name__}, must be {rule.valid} (a "
-                    "list of numbers, e.g. [0.9, 0.1])."
-                )
-            if not math.isfinite(item) or (rule.test is not None and not rule.test(item)):
-                _refuse(name, value, rule)
-        return value
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        # The type is the problem (a Python caller's "0.2"), not the range: say so
-        raise ValueError(
-            f"--{name} {_show(value)}: a {type(value).__name__}, must be a number: {rule.valid} (pass {name}="
-            f"{_suggest(value)})."
-        )
-    if not math.isfinite(value):
-        _refuse(name, value, rule)
-    if rule.kind == "whole":
-        if not float(value).is_integer():
-            _refuse(name, value, rule)
-        value = int(value)
-    if rule.test is not None and not rule.test(value):
-        _refuse(name, value, rule)
-    return value
-
-
-def _check_mapping(name: str, value, rule: Rule) -> None:
-    """A dict field of transformers' (`_VALID_DICT_FIELDS`): a mapping or a config object (Python), JSON text of a
-    mapping (transformers parses text that starts with `{`), and for `mapping_file` a path to a file (DeepSpeed's
-    also a base64 JSON, as accelerate passes it). Other text stays text, to fail where the run first reads it
-    (`generation_kwargs: x`, `accelerator_config: 7` opened file descriptor 7). `--deepspeed` is a DeepSpeed JSON
-    config (not accelerate's YAML, which goes to `accelerate launch --config_file`) with the deepspeed package
-    installed (transformers needs it to read the file, 60 lines deep otherwise)."""
-    import importlib.util
-    import json
-    from pathlib import Path
-
-    is_file = False
-    if isinstance(value, Mapping) or dataclasses.is_dataclass(value):
-        pass
-    elif not isinstance(value, str):
-        _refuse(name, value, rule)
-    elif value.startswith("{"):
-        try:
-            parsed = json.loads(value)
-        except ValueError as error:
-            raise ValueError(f"--{name} {_show(value)}: not JSON ({error}); must be {rule.valid}.") from None
-        if not isinstance(parsed, dict):
-            _refuse(name, value, rule)
-    elif rule.kind != "mapping_file":
-        raise ValueError(f"--{name} {_show(value)}: must be {rule.valid}.")
-    elif Path(value).expanduser().is_file():
-        is_file = True
-    elif not (name == "deepspeed" and _base64_json(value)):
-        where = "is a folder" if Path(value).expanduser().is_dir() else "does not exist"
-        raise ValueError(f"--{name} {_show(value)}: {where}; must be {rule.valid}.")
-    if name != "deepspeed":
-        return
-    if is_file:
-        path = Path(value).expanduser()
-        try:
-            config = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, ValueError):
-            config = None
-        if not isinstance(config, dict):
-            hint = (
-                " (it reads as an accelerate config: pass it as accelerate launch --config_file, and --deepspeed "
-                "its deepspeed_config_file, if any)"
-                if path.suffix.lower() in (".yaml", ".yml")
-                else ""
-            )
-            raise ValueError(f"--deepspeed {value}: not a DeepSpeed JSON config{hint}.")
-    if importlib.util.find_spec("deepspeed") is None:
-        raise ValueError(
-            f"--deepspeed {value if isinstance(value, str) else '{...}'}: the deepspeed package is not installed "
-            "(pip install 'vepo-trl[deepspeed]')."
-        )
-
-
-def _base64_json(text: str) -> bool:
-    """Whether `text` is a DeepSpeed config as base64 JSON (transformers' `HfDeepSpeedConfig` reads that form)."""
-    import base64
-    import binascii
-    import json
-
-    try:
-        return isinstance(json.loads(base64.urlsafe_b64decode(text).decode("utf-8")), dict)
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        return False
 
 
 def check_values(values: Mapping[str, object], rules: Mapping[str, Rule], *, early: bool = False) -> dict[str, object]:

@@ -38,7 +38,7 @@ from qwen_vl_utils import smart_resize
 from qwen_vl_utils.vision_process import MAX_RATIO
 
 from ..files import ANSWER_COLUMNS, ID_COLUMNS, IMAGE_COLUMNS, PROBLEM_COLUMNS, check_data_rows, read_data_files
-from ..validation import IMAGE_BOUNDS, check_values
+from ..rules import check_value, image_bounds_rules
 
 
 logger = logging.getLogger(__name__)
@@ -549,9 +549,9 @@ def convert_dataset(
     `UnusableRowsError` (a `ValueError`) naming its row index (in `dataset`) and the problem, and so does a data set
     whose every row is unusable. `origin` (the file read) names the data in those messages instead of `source/split`.
     """
-    check_values(  # the bounds' rules and the rules that join them (`validation`)
-        {"min_pixels": min_pixels, "max_pixels": max_pixels, "image_factor": image_factor}, IMAGE_BOUNDS
-    )
+    bounds = {"image_factor": image_factor, "min_pixels": min_pixels, "max_pixels": max_pixels}
+    for name, rule in image_bounds_rules(min_pixels, image_factor).items():
+        check_value(name, bounds[name], rule)
     where = origin or f"{source}/{split}"
     columns = _resolve_columns(dataset.column_names, where)
     # The row's other columns stay as they are (`difficulty`, a user's own `source`): TRL hands a data set's extra
@@ -699,9 +699,9 @@ def load_vepo_dataset(
     Returns:
         A `datasets.Dataset` with the columns `prompt`, `images`, `answer`, `source` and `id`.
     """
-    check_values(  # the bounds' rules and the rules that join them (`validation`)
-        {"min_pixels": min_pixels, "max_pixels": max_pixels, "image_factor": image_factor}, IMAGE_BOUNDS
-    )
+    bounds = {"image_factor": image_factor, "min_pixels": min_pixels, "max_pixels": max_pixels}
+    for name, rule in image_bounds_rules(min_pixels, image_factor).items():
+        check_value(name, bounds[name], rule)
     options = {
         "min_pixels": min_pixels,
         "max_pixels": max_pixels,

@@ -22,7 +22,7 @@ from typing import Any
 import datasets
 from PIL import Image, ImageDraw, ImageFont
 
-from ..validation import Rule, check_values
+from ..rules import Rule, check_value
 
 
 __all__ = [
@@ -388,7 +388,7 @@ def _apply(left: int, op: str, right: int) -> int:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-# The generator's arguments, each against its rule (`validation.check_values`: one line naming the argument)
+# The generator's arguments, each against its rule (`rules.check_value`: one line naming the argument)
 def _side(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and MIN_IMAGE_SIDE <= value <= MAX_IMAGE_SIDE
 
@@ -421,7 +421,8 @@ def render_synthetic_sample(kind: str, seed: int, *, image_size: tuple[int, int]
     ``image_size`` is ``(width, height)``, both sides in ``[56, 4096]``; ``None`` means :data:`DEFAULT_IMAGE_SIZE`.
     """
     image_size = DEFAULT_IMAGE_SIZE if image_size is None else image_size
-    check_values({"kind": kind, "seed": seed, "image_size": _pair(image_size)}, _RULES)
+    for name, value in (("kind", kind), ("seed", seed), ("image_size", _pair(image_size))):
+        check_value(name, value, _RULES[name])
     width, height = image_size
     sample = SYNTHETIC_TASKS[kind](random.Random(seed), width, height)
     # Generators are pluggable, so enforce the contract here rather than trusting each one.
@@ -450,7 +451,7 @@ def make_synthetic_row(
     questions are lost; :func:`make_synthetic_dataset` avoids that combination in its default mix.
     Same arguments, same row (byte-identical pixels).
     """
-    check_values({"image_mode": image_mode}, _RULES)
+    check_value("image_mode", image_mode, _RULES["image_mode"])
     sample = render_synthetic_sample(kind, seed, image_size=image_size)
     return {
         "images": [_convert(sample.image, image_mode)],
@@ -491,10 +492,11 @@ def make_synthetic_dataset(
     kinds = sorted(SYNTHETIC_TASKS) if kinds is None else list(kinds)
     if not kinds or not image_sizes or not image_modes:
         raise ValueError("kinds, image_sizes and image_modes must each name at least one")
-    check_values({"num_rows": num_rows, "seed": seed}, _RULES)
+    check_value("num_rows", num_rows, _RULES["num_rows"])
+    check_value("seed", seed, _RULES["seed"])
     for name, values in (("kind", kinds), ("image_size", image_sizes), ("image_mode", image_modes)):
         for value in values:
-            check_values({name: _pair(value) if name == "image_size" else value}, _RULES)
+            check_value(name, _pair(value) if name == "image_size" else value, _RULES[name])
     sizes = [tuple(size) for size in image_sizes]
     modes = list(image_modes)
     default_modes = tuple(image_modes) == DEFAULT_IMAGE_MODES

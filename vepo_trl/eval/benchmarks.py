@@ -119,10 +119,10 @@ class Benchmark:
                 return candidate
         return None
 
-    def check_available(self, data_dir: str | os.PathLike | None) -> None:
-        """Raise `EvalDataError` early when the rows cannot come from anywhere (no local copy, and offline)."""
+    def unavailable(self, data_dir: str | os.PathLike | None) -> str | None:
+        """Why the rows cannot come from anywhere (no local copy, and offline), said before anything loads; or None."""
         if self.hub_id is None or self.local_folder(data_dir) is not None:
-            return
+            return None
         if (_offline() or not _hub_reachable()) and not _hub_cached(self.hub_id):
             folder = (self.folders or (self.name,))[0]
             where = (
@@ -130,11 +130,12 @@ class Benchmark:
                 if data_dir
                 else f"pass --data_dir DIR with DIR/{folder}/"
             )
-            raise EvalDataError(
+            return (
                 f"{self.name}: {self.hub_id} is not in the local Hugging Face cache and the Hub is "
                 f"{'offline (HF_HUB_OFFLINE)' if _offline() else 'unreachable'}; "
                 f"{where} ({self.local_layout()})."
             )
+        return None
 
     def local_layout(self) -> str:
         return f"parquet files of split {self.split!r} as on the Hub"
@@ -144,7 +145,8 @@ class Benchmark:
         folder = self.local_folder(data_dir)
         if folder is not None:
             return self.load_local(folder), folder
-        self.check_available(data_dir)
+        if problem := self.unavailable(data_dir):
+            raise EvalDataError(problem)
         return self.load_hub(), None
 
     def load_hub(self) -> datasets.Dataset:

@@ -562,12 +562,7 @@ def run(args) -> dict[str, Any]:
     output_dir = Path(args.output_dir or f"eval-{Path(args.model.rstrip('/')).name}")
     # a training run's (or a lab's) folder: its summary.md and README.md would be replaced
     check_folder_owner("--output_dir", output_dir, "eval")
-    missing = []
-    for bench in benches:
-        try:
-            bench.check_available(args.data_dir)
-        except EvalDataError as error:
-            missing.append(str(error))
+    missing = [problem for bench in benches if (problem := bench.unavailable(args.data_dir))]
     if len(missing) == 1:
         raise EvalDataError(missing[0])
     if missing:  # every benchmark that cannot load, in one line, not one per rerun

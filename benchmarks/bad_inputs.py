@@ -371,7 +371,7 @@ AUDIT_CASES: list[tuple[list[str], str]] = [
     ([*INSPECT, "--dataset", "synthetic", "--save_records", "keep_data.jsonl"], "--save_records"),  # I20
     (["analyze", "--model", "tiny-qwen2.5-vl", "--dataset", "synthetic", "--save_records", "keep_data.jsonl"],
      "--save_records"),  # A07
-    (["plot", "keep", "--output_dir", "other_plots"], "another plot"),  # P14
+    (["plot", "keep", "--output_dir", "other_plots"], "never replaced by another run"),  # P14
     ([*INSPECT, "--dataset", "synthetic", "--output", "page.txt"], "--output"),  # I13
     ([*TRAIN, "--dataset_name", "schemas.jsonl"], "mixes two schemas"),  # F_mixed_schema
     ([*TRAIN, "--dataset_name", "number.jsonl"], "is a number"),  # F_num_problem

@@ -40,13 +40,14 @@ from .rules import (  # noqa: F401 - the engine, re-exported: the tables here an
 _PORT = _whole(_between(1, 65535), "a port number in 1..65535")
 
 
-def _registry_names(field: str, module: str, load) -> Iterable[str]:
+def _registry_names(saved_at: tuple[str, ...], module: str, load) -> Iterable[str]:
     """A registry's names: the registry's own once its module is imported (a strategy registered at run time is
-    among them), else as a full parse saved them for these versions (no torch import for a command's parse)."""
+    among them), else as a full parse saved them for these versions, at `saved_at` in the saved file (no torch
+    import for a command's parse)."""
     import sys
 
-    saved = None if module in sys.modules else _saved().get("rules", {}).get(field, {}).get("choices")
-    return tuple(saved) if saved else load()
+    saved = None if module in sys.modules else functools.reduce(lambda d, key: (d or {}).get(key), saved_at, _saved())
+    return tuple(saved) if saved else tuple(load())
 
 
 def _selection_strategies():
@@ -55,7 +56,7 @@ def _selection_strategies():
 
         return SELECTION_STRATEGIES
 
-    return _registry_names("selection_strategy", "vepo_trl.scoring", load)
+    return _registry_names(("rules", "selection_strategy", "choices"), "vepo_trl.scoring", load)
 
 
 def _perturbations():
@@ -64,18 +65,16 @@ def _perturbations():
 
         return PERTURBATIONS
 
-    return _registry_names("perturbation", "vepo_trl.perturb.registry", load)
+    return _registry_names(("rules", "perturbation", "choices"), "vepo_trl.perturb.registry", load)
 
 
 def _reward_names():
-    import sys
+    def load():
+        from .rewards import REWARD_FUNCS
 
-    saved = None if "vepo_trl.rewards" in sys.modules else (_saved().get("declared") or {}).get("rewards")
-    if saved:
-        return tuple(saved)
-    from .rewards import REWARD_FUNCS
+        return REWARD_FUNCS
 
-    return tuple(REWARD_FUNCS)
+    return _registry_names(("declared", "rewards"), "vepo_trl.rewards", load)
 
 
 def _loss_types():
@@ -84,7 +83,7 @@ def _loss_types():
 
         return SUPPORTED_LOSS_TYPES
 
-    return _registry_names("loss_type", "vepo_trl.scoring", load)
+    return _registry_names(("rules", "loss_type", "choices"), "vepo_trl.scoring", load)
 
 
 # The constraints the dataclasses' types do not carry. Whole-number rules refuse 1.5; number rules refuse NaN and

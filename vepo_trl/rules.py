@@ -196,7 +196,8 @@ def _base64_json(text: str) -> bool:
 def image_bounds_rules(min_pixels, image_factor) -> dict[str, Rule]:
     """The image bounds a data loader resizes with, given the multiple its model's processor rounds sides to: each a
     whole number of pixels, `max_pixels` at least `min_pixels` and one merged patch (`image_factor**2`)."""
-    floor = max(min_pixels, image_factor**2) if all(isinstance(v, int) for v in (min_pixels, image_factor)) else 1
+    numeric = all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in (min_pixels, image_factor))
+    floor = max(min_pixels, image_factor**2) if numeric else 1  # a value that is no number is refused by its own rule
     return {
         "image_factor": Rule("whole", "a whole number >= 1", lambda v: v >= 1),
         "min_pixels": Rule("whole", "a whole number of pixels >= 1", lambda v: v >= 1),

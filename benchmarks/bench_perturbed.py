@@ -17,9 +17,15 @@ tokens (an 896 x 896 image: 1,024) and completions of 256 tokens, at 4 and 8 gen
     python benchmarks/bench_perturbed.py --quick    # the same code on small shapes (the test suite runs it)
     python benchmarks/bench_perturbed.py --model 3b --rounds 3   # on a GPU: Qwen2.5-VL-3B's dimensions in bf16
                                                                  # (random weights; the GPU acceptance's section)
+    python benchmarks/bench_perturbed.py --sharding zero3        # the same on two processes with sharded weights
+                                                                 # (zero3 or fsdp2; gloo on CPUs, NCCL on two GPUs)
 
 The last line is one JSON object: `perturbed_time_ratio_g4`, `perturbed_time_ratio_g8` (shared / whole, medians),
-`vepo_over_entropy` (at 8 generations), `max_signal_diff`, and the figures behind them.
+`vepo_over_entropy` (at 8 generations), `max_signal_diff`, and the figures behind them. With `--sharding`, the first
+run is the one-process measurement (under `one_process`), then two processes run the perturbed pass on the sharded
+model inside a training step (every parameter gathered per forward, as ZeRO-3 / FSDP2 do), each with the same batch;
+their RL step is whole `trainer.train()` steps (TRL's generation of exactly the completion length, `compute_loss`,
+backward and optimiser through accelerate), VEPO / top-20% entropy step by step.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import time
 import warnings
 
 import torch
+from transformers import TrainerCallback
 
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -69,6 +76,13 @@ def parse_args(argv=None):
                         help="wide: the tiny Qwen2.5-VL widened (fp32); 3b: Qwen2.5-VL-3B's dimensions (bf16 on a GPU, "
                         "random weights, as bench_gpu_step.py).")  # fmt: skip
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--sharding", choices=["none", "zero3", "fsdp2"], default="none",
+                        help="Also measure on two processes with the weights sharded this way.")  # fmt: skip
+    parser.add_argument("--processes", type=int, default=2,
+                        help="Processes of the sharded run (1: ZeRO-3 / FSDP2 on one GPU still takes the path).")  # fmt: skip
+    parser.add_argument("--sharded_only", action="store_true", help="With --sharding: skip the one-process run.")
+    parser.add_argument("--worker_report", help=argparse.SUPPRESS)
+    parser.add_argument("--worker_phase", help=argparse.SUPPRESS)  # a sharded worker's JSON (rank 0 writes it)
     args = parser.parse_args(argv)
     if args.quick:
         args.image_side, args.completion_length, args.rounds = 224, 16, 2
@@ -77,12 +91,14 @@ def parse_args(argv=None):
     return args
 
 
-def make_trainer(model, processor, generations, length, settings, output_dir):
+def make_trainer(model, processor, generations, length, settings, output_dir, reward=None):
     cuda = next(model.parameters()).device.type == "cuda"
+    settings = {"use_cpu": not cuda, "bf16": cuda, **settings}
     config = VEPOConfig(output_dir=output_dir, per_device_train_batch_size=generations, num_generations=generations,
                         max_completion_length=length, selection_ratio=0.2, loss_type="bnpo", report_to="none",
-                        use_cpu=not cuda, bf16=cuda, log_selection_diagnostics=False, **settings)  # fmt: skip
-    trainer = VEPOTrainer(model=model, reward_funcs=lambda completions, **_: [0.0] * len(completions), args=config,
+                        log_selection_diagnostics=False, **settings)  # fmt: skip
+    reward = reward or (lambda completions, **_: [0.0] * len(completions))
+    trainer = VEPOTrainer(model=model, reward_funcs=reward, args=config,
                           train_dataset=synthetic_training_dataset(4, seed=0), processing_class=processor)  # fmt: skip
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1
@@ -108,12 +124,16 @@ def time_perturbed(trainer, batch, rounds):
     positions = {}
     ratios = []
 
+    groups = len(set(passes.group_of(batch).values()))
+    slices = passes.slices_for(ids, mask, length, groups, ids.size(0))
+    assert slices is not None, "the shape does not fit the memory bound: no prompt sharing to time"
+
     def run(shared):
         passes.share_prompts = shared
         before = passes.num_positions
         sync(ids.device)
         start = time.perf_counter()
-        passes.perturbed_hidden(trainer.model, ids, mask, length, row_inputs)
+        passes.perturbed_hidden(trainer.model, ids, mask, length, row_inputs, slices if shared else None)
         sync(ids.device)
         elapsed = time.perf_counter() - start
         positions[shared] = (passes.num_positions - before) / ids.size(0)
@@ -174,10 +194,8 @@ def rl_step(trainer, processor, batch, length):
     return time.perf_counter() - start
 
 
-def main(argv=None) -> dict:
-    args = parse_args(argv)
+def build(args, device):
     torch.manual_seed(0)
-    device = torch.device(args.device)
     if args.model == "3b":
         processor = build_processor()
         side = args.image_side**2
@@ -189,33 +207,49 @@ def main(argv=None) -> dict:
     else:
         model, processor = build_tiny("qwen2.5-vl", **WIDE, max_pixels=args.image_side**2)
         model.to(device)
+    return model, processor
+
+
+def perturbed_figures(figures, generations, trainer, batch, rounds):
+    """Time the shared and whole perturbed pass on `batch` and compare their signals, into `figures`."""
+    prompt_length = batch["prompt_ids"].size(1)
+    length = batch["completion_ids"].size(1)
+    visual = int(batch["image_grid_thw"][0].prod()) // 4
+    seconds, positions, ratios = time_perturbed(trainer, batch, rounds)
+    shared, whole = statistics.median(seconds[True]), statistics.median(seconds[False])
+    ratio = spread(ratios)
+    print(f"{generations} generations: prompt {prompt_length} tokens ({visual} visual), completions {length}; "
+          f"perturbed forward shared {shared:.3f} s ({positions[True]:.0f} positions per completion), whole "
+          f"{whole:.3f} s ({positions[False]:.0f}); shared / whole median {ratio['median']:.3f} "
+          f"(spread {ratio['min']:.3f}-{ratio['max']:.3f})")  # fmt: skip
+    figures[f"perturbed_time_ratio_g{generations}"] = ratio["median"]
+    figures[f"perturbed_time_ratio_g{generations}_spread"] = [ratio["min"], ratio["max"]]
+    figures[f"perturbed_seconds_g{generations}"] = {"shared": shared, "whole": whole}
+    figures[f"positions_per_completion_g{generations}"] = {"shared": positions[True], "whole": positions[False]}
+    figures["prompt_tokens"], figures["visual_tokens"] = prompt_length, visual
+    difference = signal_difference(trainer, batch)
+    figures["max_signal_diff"] = max(figures.get("max_signal_diff", 0.0), difference)
+    print(f"  signals (JSD, entropies) shared vs whole: largest difference {difference:.2e}")
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    if args.worker_report:
+        return sharded_worker(args)
+    if args.sharded_only and args.sharding != "none":
+        figures = run_sharded(args, argv)
+        print(json.dumps(figures))
+        return figures
+    device = torch.device(args.device)
+    model, processor = build(args, device)
     length = args.completion_length
     figures: dict = {"model": args.model, "device": str(device), "image_side": args.image_side,
                      "completion_length": length, "rounds": args.rounds}  # fmt: skip
     with tempfile.TemporaryDirectory() as output_dir:
         for generations in args.generations:
             batch = make_batch(processor, device, generations, length, args.image_side, VOCAB_LIMIT)
-            prompt_length = batch["prompt_ids"].size(1)
-            visual = int(batch["image_grid_thw"][0].prod()) // 4
             trainer = make_trainer(model, processor, generations, length, METHODS["vepo"], output_dir)
-            seconds, positions, ratios = time_perturbed(trainer, batch, args.rounds)
-            shared, whole = statistics.median(seconds[True]), statistics.median(seconds[False])
-            ratio = spread(ratios)
-            print(f"{generations} generations: prompt {prompt_length} tokens ({visual} visual), completions {length}; "
-                  f"perturbed forward shared {shared:.3f} s ({positions[True]:.0f} positions per completion), whole "
-                  f"{whole:.3f} s ({positions[False]:.0f}); shared / whole median {ratio['median']:.3f} "
-                  f"(spread {ratio['min']:.3f}-{ratio['max']:.3f})")  # fmt: skip
-            figures[f"perturbed_time_ratio_g{generations}"] = ratio["median"]
-            figures[f"perturbed_time_ratio_g{generations}_spread"] = [ratio["min"], ratio["max"]]
-            figures[f"perturbed_seconds_g{generations}"] = {"shared": shared, "whole": whole}
-            figures[f"positions_per_completion_g{generations}"] = {
-                "shared": positions[True],
-                "whole": positions[False],
-            }
-            figures["prompt_tokens"], figures["visual_tokens"] = prompt_length, visual
-            difference = signal_difference(trainer, batch)
-            figures["max_signal_diff"] = max(figures.get("max_signal_diff", 0.0), difference)
-            print(f"  signals (JSD, entropies) shared vs whole: largest difference {difference:.2e}")
+            perturbed_figures(figures, generations, trainer, batch, args.rounds)
         generations = max(args.generations)
         batch = make_batch(processor, device, generations, length, args.image_side, VOCAB_LIMIT)
         trainers = {name: make_trainer(model, processor, generations, length, settings, output_dir)
@@ -237,8 +271,124 @@ def main(argv=None) -> dict:
         figures["vepo_over_entropy"] = ratio["median"]
         figures["vepo_over_entropy_spread"] = [ratio["min"], ratio["max"]]
         figures["step_seconds"] = medians
+    if args.sharding != "none":
+        figures = {**run_sharded(args, argv), "one_process": figures}
     print(json.dumps(figures))
     return figures
+
+
+# -- two processes, sharded weights ------------------------------------------------------------------------------------
+
+
+def run_sharded(args, argv) -> dict:
+    """This script's worker on `--processes` processes (`torch.distributed.run`), once per measurement (a process
+    holds one sharded trainer: DeepSpeed's ZeRO-3 set-up is process-wide); rank 0's figures, merged."""
+    import subprocess
+
+    figures: dict = {}
+    phases = [f"perturbed:{generations}" for generations in args.generations] + [f"step:{name}" for name in METHODS]
+    with tempfile.TemporaryDirectory() as folder:
+        for number, phase in enumerate(phases):
+            report = os.path.join(folder, f"report-{number}.json")
+            command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.processes),
+                       "--master_port", str(29_500 + (os.getpid() + number) % 1_000), os.path.abspath(__file__),
+                       *(argv if argv is not None else sys.argv[1:]), "--worker_report", report, "--worker_phase",
+                       phase]  # fmt: skip
+            threads = max(1, (os.cpu_count() or 2) // args.processes)
+            subprocess.run(command, check=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
+            with open(report) as file:
+                part = json.load(file)
+            steps = part.pop("steps", None)
+            if steps is not None:
+                figures.setdefault("steps", {})[phase.split(":")[1]] = steps
+            figures["max_signal_diff"] = max(figures.get("max_signal_diff", 0.0), part.pop("max_signal_diff", 0.0))
+            figures.update(part)
+    steps = figures.pop("steps")
+    ratios = [vepo / entropy for vepo, entropy in zip(steps["vepo"], steps["entropy_top20"])]
+    ratio = spread(ratios)
+    print(f"RL step at {max(args.generations)} generations on {args.processes} processes ({args.sharding}; "
+          f"trainer.train: generation, compute_loss, backward, optimiser): VEPO / entropy median {ratio['median']:.3f} "
+          f"(spread {ratio['min']:.3f}-{ratio['max']:.3f})")  # fmt: skip
+    figures["vepo_over_entropy"] = ratio["median"]
+    figures["vepo_over_entropy_spread"] = [ratio["min"], ratio["max"]]
+    figures["step_seconds"] = {name: statistics.median(values) for name, values in steps.items()}
+    return figures
+
+
+def varied_reward(completions, **_):
+    """Rewards that differ within a group, so every response has a non-zero advantage and VEPO scores it."""
+    return [float(sum(map(ord, completion[0]["content"])) % 7) for completion in completions]
+
+
+def sharded_worker(args) -> dict:
+    """One process of a sharded run, one measurement (`--worker_phase`): `perturbed:G`, the perturbed pass timed and
+    compared inside the first training step of the sharded model at G generations; `step:METHOD`, `--rounds` + 1 RL
+    steps of a method through `trainer.train()` (the first warms up)."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from accelerate import PartialState
+
+    from tests.distributed.trainer_ranks import force_sharding
+
+    sharding = force_sharding(args.sharding)
+    if torch.cuda.is_available():  # the test set-up's CPU settings give way to the GPU's
+        sharding.pop("use_cpu", None)
+        if "deepspeed" in sharding:
+            sharding["deepspeed"]["bf16"] = {"enabled": "auto"}
+    rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", rank) if torch.cuda.is_available() else torch.device("cpu")
+    length = args.completion_length
+    figures: dict = {"model": args.model, "device": str(device), "image_side": args.image_side,
+                     "completion_length": length, "rounds": args.rounds, "sharding": args.sharding}  # fmt: skip
+    kind, value = args.worker_phase.split(":")
+    model, processor = build(args, device)
+    with tempfile.TemporaryDirectory() as output_dir:
+        if kind == "perturbed":
+            generations = int(value)
+            batch = make_batch(processor, device, generations, length, args.image_side, VOCAB_LIMIT)
+            trainer = make_trainer(model, processor, generations, length,
+                                   {**METHODS["vepo"], **sharding, "max_steps": 1}, output_dir)  # fmt: skip
+            compute_loss = trainer.compute_loss
+
+            def measure(*a, **k):
+                if f"perturbed_time_ratio_g{generations}" not in figures:
+                    perturbed_figures(figures, generations, trainer, batch, args.rounds)
+                return compute_loss(*a, **k)
+
+            trainer.compute_loss = measure
+            trainer.train()
+        else:
+            generations = max(args.generations)
+            trainer = make_trainer(model, processor, generations, length,
+                                   {**METHODS[value], **sharding, "max_steps": args.rounds + 1, "learning_rate": 1e-9,
+                                    "generation_kwargs": {"min_new_tokens": length}}, output_dir,
+                                   reward=varied_reward)  # fmt: skip
+            timer = StepTimer(device)
+            trainer.add_callback(timer)
+            trainer.train()
+            figures["steps"] = timer.seconds[1:]
+        state = PartialState()
+        figures["processes"] = state.num_processes
+        figures["distributed_type"] = str(trainer.accelerator.distributed_type)
+    if state.is_main_process:
+        with open(args.worker_report, "w") as file:
+            json.dump(figures, file)
+    state.wait_for_everyone()
+    return figures
+
+
+class StepTimer(TrainerCallback):
+    """Seconds of each optimiser step, from its start to its end."""
+
+    def __init__(self, device):
+        self.device, self.seconds, self.start = device, [], 0.0
+
+    def on_step_begin(self, *a, **k):
+        sync(self.device)
+        self.start = time.perf_counter()
+
+    def on_step_end(self, *a, **k):
+        sync(self.device)
+        self.seconds.append(time.perf_counter() - self.start)
 
 
 if __name__ == "__main__":

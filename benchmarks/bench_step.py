@@ -104,8 +104,8 @@ def run_method(name, model_dir, dataset, output_dir, args):
     perturbed_pass = getattr(trainer, "perturbed_pass", None)
     if perturbed_pass is not None:
         # The perturbed pass is counted per completion (`num_perturbed_completions`), not as loss forwards: it runs one
-        # forward per chunk, or two per prompt (the prompt, then its completions from the cache)
-        # (and so is the one-image dummy a micro-batch with nothing to score runs)
+        # forward per chunk, or a chunk's prompts then its completions from their caches (and so are the dummies a
+        # micro-batch with nothing to score runs)
         def uncounted(method):
             def run(*a, **k):
                 flag, in_loss["flag"] = in_loss["flag"], False
@@ -118,6 +118,7 @@ def run_method(name, model_dir, dataset, output_dir, args):
 
         perturbed_pass.perturbed_hidden = uncounted(perturbed_pass.perturbed_hidden)
         perturbed_pass.dummy_forward = uncounted(perturbed_pass.dummy_forward)
+        perturbed_pass.dummy_text_forward = uncounted(perturbed_pass.dummy_text_forward)
     trainer.train()
     completions = args.steps * args.batch_size
     return {

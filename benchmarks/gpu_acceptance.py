@@ -11,6 +11,8 @@ Sections, each a separate process (a crash in one is reported, the rest still ru
 - `perturbed`   `bench_perturbed.py --model 3b`: the perturbed pass reading each prompt once against every row's whole
                 sequence at Qwen2.5-VL-3B's dimensions (1,024 visual tokens, 256-token completions, 4 and 8
                 generations), and one RL step of VEPO against top-20% entropy, rotated rounds. Alone too.
+- `perturbed:zero3`, `perturbed:fsdp2`   the same with the weights sharded (`--sharding`, one process on the GPU:
+                every forward gathers parameters), its RL step through `trainer.train()`.
 - `families`    `gpu_families.py`: every family's tiny model (real classes), two bf16 VEPO steps with `diffusion` and
                 with `patch_blackout`, and `full` against TRL's `GRPOTrainer` (loss and gradients to bf16 tolerance).
 - `smoke`       `gpu_smoke.py --quick`: every strategy, perturbation and loss type's code path on one family.
@@ -390,6 +392,30 @@ def sections(cpu: bool, quick: bool, scratch: Path) -> list[Section]:
             timeout=400,
             alone=True,
         ),
+        *[
+            Section(
+                f"perturbed:{sharding}",
+                # The same on the sharded model (one process on one GPU takes ZeRO-3's / FSDP2's gathers)
+                [
+                    py,
+                    str(BENCH / "bench_perturbed.py"),
+                    "--model",
+                    "3b",
+                    "--rounds",
+                    "3",
+                    "--sharding",
+                    sharding,
+                    "--processes",
+                    "1",
+                    "--sharded_only",
+                ],  # fmt: skip
+                parse_perturbed,
+                timeout=400,
+                alone=True,
+                skip="on two CPU processes in tests/test_benchmarks.py" if cpu else None,
+            )
+            for sharding in ("zero3", "fsdp2")
+        ],
         Section(
             "families",
             [py, str(BENCH / "gpu_families.py")]

@@ -60,13 +60,27 @@ def test_bench_perturbed_quick_path_reads_each_prompt_once(tmp_path):
     figures = json.loads(out.strip().splitlines()[-1])
     for generations in (4, 8):
         assert figures[f"perturbed_time_ratio_g{generations}"] > 0
-        # The prompt once per group and each completion but its last token, against every row's whole sequence
+        # The prompt once per group and each completion, against every row's whole sequence
         positions = figures[f"positions_per_completion_g{generations}"]
         prompt, length = figures["prompt_tokens"], figures["completion_length"]
         assert positions["whole"] == prompt + length
-        assert positions["shared"] == prompt / generations + length - 1
+        assert positions["shared"] == prompt / generations + length
     # Float32 noise of two ways to sum (tests/test_prompt_cache.py holds every family to 1e-5, two to 1e-10 in float64)
     assert figures["max_signal_diff"] <= 1e-4 and figures["vepo_over_entropy"] > 0
+
+
+@pytest.mark.slow
+def test_bench_perturbed_sharded_quick_path_runs_on_two_zero3_processes(tmp_path):
+    pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (pip install -e '.[deepspeed]')")
+    out = _run("bench_perturbed.py", "--quick", "--sharding", "zero3", "--generations", "2", "--rounds", "1",
+               "--completion_length", "4", tmp_path=tmp_path)  # fmt: skip
+    figures = json.loads(out.strip().splitlines()[-1])
+    assert (figures["sharding"], figures["processes"]) == ("zero3", 2)
+    assert figures["distributed_type"] == "DistributedType.DEEPSPEED"
+    assert figures["perturbed_time_ratio_g2"] > 0 and figures["vepo_over_entropy"] > 0
+    assert figures["max_signal_diff"] <= 1e-4
+    assert figures["positions_per_completion_g2"]["shared"] < figures["positions_per_completion_g2"]["whole"]
+    assert figures["one_process"]["perturbed_time_ratio_g2"] > 0
 
 
 def test_bench_scoring_quick_path(tmp_path):

@@ -249,8 +249,8 @@ def test_acceptance_cpu_quick_runs_every_section(tmp_path):
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary == json.loads((tmp_path / "acceptance.json").read_text())
     sections = summary["sections"]
-    assert set(sections) == {"bench", "perturbed", "families", "smoke", "notebook", "real_width", "launch:ddp",
-                             "launch:fsdp", "launch:zero2", "launch:zero3"}  # fmt: skip
+    assert set(sections) == {"bench", "perturbed", "perturbed:zero3", "perturbed:fsdp2", "families", "smoke",
+                             "notebook", "real_width", "launch:ddp", "launch:fsdp", "launch:zero2", "launch:zero3"}  # fmt: skip
     for name in ("bench", "perturbed", "families", "smoke", "notebook", "real_width", "launch:ddp", "launch:fsdp"):
         assert sections[name]["status"] == "ok", (name, sections[name])
     # fp32 on the CPU: full equals GRPOTrainer bit for bit on every family run

@@ -1,7 +1,8 @@
 """The perturbed pass reads each prompt once (`prompt_cache`): for every family, the signals and the mask equal the
 whole-sequence pass's on batches of several prompts (0, 1 or 2 images, prompts of different lengths, left padding,
-completions of different lengths), within 1e-10 in float64; rows are grouped by prompt and images, nothing else;
-models with linear attention, completions holding an image and sharded weights keep the whole-sequence pass."""
+completions of different lengths), within 1e-5 in float32 and 1e-10 in float64; rows are grouped by prompt and images,
+nothing else; every process runs the same forwards per chunk; completions holding an image, and chunks whose caches
+would outweigh their whole forward, keep the whole-sequence pass."""
 
 import copy
 
@@ -14,19 +15,16 @@ from trl.trainer.utils import unsplit_pixel_values_by_grid
 
 from vepo_trl import VEPOConfig, VEPOTrainer
 from vepo_trl.batch import has_image, row_pieces, take_rows
-from vepo_trl.builtin.tiny_models import TINY_FAMILIES, build_tiny_config, build_tiny_processor, takes
+from vepo_trl.builtin.tiny_models import TINY_FAMILIES, takes
 from vepo_trl.data import synthetic_training_dataset
-from vepo_trl.prompt_cache import cache_blocker, completions_hold_images, prompt_groups
+from vepo_trl.prompt_cache import completions_hold_images, prompt_groups
 from vepo_trl.scoring import TokenSignals
 from vepo_trl.selection_pipeline import SELECTION_KEY
 
 
 SIGNALS = ("jsd", "entropy", "perturbed_entropy")
-# Families whose models do not continue from a cache as their whole forward (`prompt_cache.cache_blocker`)
-BLOCKED = [
-    name for name in TINY_FAMILIES if cache_blocker(build_tiny_config(name, build_tiny_processor(name))) is not None
-]
-SHARED = [name for name in TINY_FAMILIES if name not in BLOCKED]
+# Every family reads each prompt once (linear attention too: its padded prompt runs the whole pass's recurrence chunks)
+SHARED = list(TINY_FAMILIES)
 
 
 def _image(width, height, seed):
@@ -65,11 +63,6 @@ def _reward(completions, **kwargs):
     return [float(len(completion[0]["content"]) % 3) for completion in completions]
 
 
-def test_every_family_is_shared_or_blocked_with_its_reason():
-    assert set(SHARED) | set(BLOCKED) == set(TINY_FAMILIES)
-    assert BLOCKED == ["qwen3.5", "qwen3.5-moe"]
-
-
 def _trainer(model, dataset, tmp_path, **overrides):
     values = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=12, num_generations=3,
                   max_completion_length=10, max_steps=1, report_to="none", save_strategy="no", use_cpu=True,
@@ -87,10 +80,13 @@ def _batch(trainer):
     return trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
 
 
-def _signals_both_ways(trainer, inputs, batch_size=None):
+def _signals_both_ways(trainer, inputs, batch_size=None, monkeypatch=None):
     """The perturbed pass's signals and the mask, with each prompt read once and with every row's whole sequence, in
-    chunks of `batch_size` rows (all by default)."""
+    chunks of `batch_size` rows (all by default). With `monkeypatch`, the prompts are read once whatever the memory
+    bound (`prompt_cache.continuation_rows`: the tiny Gemma 4's cache outweighs its whole forward 5.5 times)."""
     pipeline, perturbed = trainer.selection_pipeline, trainer.perturbed_pass
+    if monkeypatch is not None:
+        monkeypatch.setattr("vepo_trl.perturbed_pass.continuation_rows", lambda widths, *, rows, **shape: rows)
     model = trainer.model
     with torch.no_grad(), perturbed.capture(model) as captured:
         logps, entropies, _ = pipeline.batch_forward(model, inputs, scoring=True)
@@ -115,11 +111,11 @@ def _signals_both_ways(trainer, inputs, batch_size=None):
 
 
 @pytest.mark.parametrize("family", SHARED)
-def test_shared_prompt_signals_equal_the_whole_sequence_pass(tiny_dirs, tmp_path, family):
+def test_shared_prompt_signals_equal_the_whole_sequence_pass(tiny_dirs, tmp_path, monkeypatch, family):
     trainer = _trainer(tiny_dirs[family], _dataset(family), tmp_path)
     assert trainer.perturbed_pass.share_prompts
     inputs = _batch(trainer)
-    (both, rows, valid) = _signals_both_ways(trainer, inputs)
+    (both, rows, valid) = _signals_both_ways(trainer, inputs, monkeypatch=monkeypatch)
     (shared, shared_mask, shared_positions), (whole, whole_mask, whole_positions) = both[True], both[False]
     assert int(rows.sum()) >= 6, "the batch should hold several prompts with images"
     scored = valid & rows[:, None]
@@ -170,10 +166,10 @@ def _by_prompt(inputs):
     return out
 
 
-@pytest.mark.parametrize("batch_size", [1, 2, 5])
+@pytest.mark.parametrize("batch_size", [2, 5])
 @pytest.mark.parametrize("family", ["qwen2.5-vl", "llava"])
 def test_small_scoring_chunks_read_each_prompt_once_and_keep_the_signals(tiny_dirs, tmp_path, family, batch_size):
-    """Forwards of one, two or five rows: a prompt's completions run in slices, each from its own copy of the cache;
+    """Chunks of two or five rows: a chunk's prompts run in one forward, its completions from their prompts' caches;
     the signals stay the whole-sequence pass's."""
     trainer = _trainer(tiny_dirs[family], _dataset(family), tmp_path)
     inputs = _by_prompt(_batch(trainer))
@@ -184,6 +180,16 @@ def test_small_scoring_chunks_read_each_prompt_once_and_keep_the_signals(tiny_di
         assert difference <= 1e-5, f"{name}: {difference:.2e}"
     assert torch.equal(both[True][1], both[False][1])
     assert both[True][2] < both[False][2]
+
+
+def test_a_chunk_whose_caches_outweigh_its_whole_forward_runs_whole_sequences(tiny_dirs, tmp_path):
+    """One row per forward: the prompt's cache and a row's continuation hold more than a one-row whole forward's
+    bound (`prompt_cache.continuation_rows`), so the rows run whole, with the same signals."""
+    trainer = _trainer(tiny_dirs["qwen2.5-vl"], _dataset("qwen2.5-vl"), tmp_path)
+    inputs = _by_prompt(_batch(trainer))
+    both, rows, valid = _signals_both_ways(trainer, inputs, 1)
+    assert both[True][2] == both[False][2]
+    assert torch.equal(both[True][1], both[False][1])
 
 
 def test_one_token_completions(tiny_dirs, tmp_path):
@@ -298,29 +304,156 @@ def test_chunks_keep_a_prompts_completions_together_within_the_budget():
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Models whose continuation from a cache is not their whole forward
+# Linear attention: transformers' cache selects no linear-attention state by row
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("family", BLOCKED)
-def test_linear_attention_models_keep_the_whole_sequence_pass(tiny_dirs, tmp_path, family):
-    """Gated DeltaNet (Qwen3.5) continues from a cache over other chunk boundaries of its float32 recurrence: above
-    the 1e-5 bar here, so its rows keep one forward each, and the reason is the config's, not a list of names."""
-    trainer = _trainer(tiny_dirs[family], _dataset(family), tmp_path)
-    assert not trainer.perturbed_pass.share_prompts
-    assert "linear-attention" in cache_blocker(trainer.model.config)
+def test_upstream_linear_attention_caches_select_no_rows_and_the_pass_selects_their_states(tiny_dirs, tmp_path):
+    """transformers (5.25) gives a linear-attention cache layer no `batch_select_indices` (Qwen3.5's Gated DeltaNet:
+    `Cache.batch_select_indices` fails on it), and a hybrid layer's inherited one selects its keys and values only.
+    The pass selects their conv and recurrent states by row itself (`prompt_cache._gathered`) and switches that off
+    once a linear-attention class defines the method. When the first assertion fails, upstream is fixed."""
+    from vepo_trl.prompt_cache import _gathered, _selects_no_linear_states
+
+    trainer = _trainer(tiny_dirs["qwen3.5"], _dataset("qwen3.5"), tmp_path)
+    processor = trainer.processing_class
+    encoded = processor(text=["Hello there", "Hi"], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        cache = trainer.model(**encoded, use_cache=True).past_key_values
+    with pytest.raises(AttributeError, match="batch_select_indices"):
+        copy.deepcopy(cache).batch_select_indices(torch.tensor([1, 1, 0]))
+    linear = [layer for layer in cache.layers if _selects_no_linear_states(layer)]
+    assert linear, "the tiny Qwen3.5 has linear-attention layers"
+    before = {id(layer): dict(layer.recurrent_states) for layer in linear}
+    picked = _gathered(cache, torch.tensor([1, 1, 0]), last=False)
+    for layer, original in zip((layer for layer in picked.layers if _selects_no_linear_states(layer)), linear):
+        for key, state in layer.recurrent_states.items():
+            if state is not None:
+                assert torch.equal(state, before[id(original)][key][[1, 1, 0]])
+                assert original.recurrent_states[key] is before[id(original)][key]  # the prompt's cache kept
 
 
+# Sharded weights: the same forwards on every process
 # ---------------------------------------------------------------------------------------------------------------------
-# Sharded weights keep one forward per chunk
-# ---------------------------------------------------------------------------------------------------------------------
 
 
-def test_sharded_weights_keep_the_whole_sequence_pass(tiny_model_dir, visual_dataset, tmp_path):
+def test_sharded_weights_read_each_prompt_once_too(tiny_model_dir, visual_dataset, tmp_path):
     from vepo_trl.perturbed_pass import PerturbedPass
 
     trainer = _trainer(tiny_model_dir, visual_dataset, tmp_path, per_device_train_batch_size=4, num_generations=2)
-    assert trainer.perturbed_pass.share_prompts
     sharded = copy.copy(trainer)
     sharded.is_fsdp_enabled = True
-    assert not PerturbedPass(sharded, trainer.args.selection_strategy).share_prompts
+    assert PerturbedPass(sharded, trainer.args.selection_strategy).share_prompts
+
+
+@pytest.mark.parametrize("other", ["none", "more", "whole"])
+def test_every_process_runs_the_forwards_of_the_one_that_needs_most(tiny_dirs, tmp_path, monkeypatch, other):
+    """Two processes seen from one: the other's counts (chunks, chunks shared, continuations per chunk, whether it
+    cannot share) come back from the gather. This process runs as many chunks, and per chunk one prefill and as many
+    continuations as the other needs (dummies where it has none), or one whole forward per chunk when the other
+    cannot share; a process with no rows runs the dummies alone. The signals stay the whole pass's."""
+    trainer = _trainer(tiny_dirs["qwen2.5-vl"], _dataset("qwen2.5-vl"), tmp_path)
+    inputs = _by_prompt(_batch(trainer))
+    passes = trainer.perturbed_pass
+    theirs = {"none": [0, 0, 0, 0], "more": [9, 5, 4, 0], "whole": [6, 0, 0, 1]}[other]
+    gathered = []
+
+    def gather(tensor):
+        gathered.append(tensor.tolist())
+        return torch.cat([tensor, torch.tensor([theirs])])
+
+    monkeypatch.setattr(trainer.accelerator, "gather", gather)
+    with torch.no_grad(), passes.capture(trainer.model) as captured:
+        logps, entropies, _ = trainer.selection_pipeline.batch_forward(trainer.model, inputs, scoring=True)
+    length = inputs["completion_ids"].size(1)
+    hidden = torch.cat(captured)[:, -length - 1 : -1]
+    valid = inputs["completion_mask"].bool()
+    rows = has_image(inputs) & valid.any(-1)
+    out = {}
+    for shared in (True, False):
+        passes.share_prompts = shared
+        passes.chunk_forwards.clear()
+        gathered.clear()
+        out[shared] = passes.signals_for_rows(inputs, TokenSignals(entropy=entropies.float(), logp=logps.float()),
+                                              rows, lambda i: hidden[i][valid[i]], 5, set(SIGNALS))  # fmt: skip
+        forwards = list(passes.chunk_forwards)
+        if shared:
+            mine = gathered[0][0]
+            if other == "whole":
+                assert forwards == [1] * max(mine[0], 6)
+            else:
+                chunks, slices = max(mine[1], theirs[1]), max(mine[2], theirs[2])
+                assert mine[3] == 0 and slices >= 1
+                assert forwards == [1 + slices] * chunks
+    scored = valid & rows[:, None]
+    for name in SIGNALS:
+        difference = (getattr(out[True], name) - getattr(out[False], name))[scored].abs().max().item()
+        assert difference <= 1e-5, f"{name}: {difference:.2e}"
+    # With no rows of its own, the process runs the other's forwards as dummies
+    passes.share_prompts = True
+    passes.chunk_forwards.clear()
+    theirs = [3, 2, 3, 0]
+    passes.signals_for_rows(inputs, TokenSignals(entropy=torch.zeros_like(valid, dtype=torch.float)),
+                            torch.zeros_like(rows), lambda i: None, 5, set(SIGNALS))  # fmt: skip
+    assert passes.chunk_forwards == [4, 4]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Memory: the caches never outweigh the whole pass
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _widths(checkpoint, **sizes):
+    """`memory_widths` of a checkpoint's language model, built on the meta device from its reference config (sizes
+    given where the reference leaves them out)."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from vepo_trl.prompt_cache import memory_widths
+
+    from .reference_configs import REFERENCE_CONFIGS
+
+    reference = next(entry for entry in REFERENCE_CONFIGS.values() if entry["checkpoint"] == checkpoint)["config"]
+    reference = {key: value for key, value in reference.items() if key != "architectures"}
+    config = AutoConfig.for_model(reference.pop("model_type"), **reference)
+    text_config = config.get_text_config()
+    for key, value in sizes.items():
+        setattr(text_config, key, value)
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(config)
+    return memory_widths(model.get_decoder(), text_config.hidden_size)
+
+
+def test_memory_bound_at_seven_billion_parameter_shapes():
+    """The real classes on the meta device: LLaVA-1.5-7B (multi-head attention, 32 layers of 4,096 keys and values)
+    holds 262,144 cache elements a token against at least 30,208 for its whole forward (2 x 4,096 + 2 x 11,008), so
+    no chunk shares; Qwen2.5-VL-7B (28 layers, 4 key-value heads of 128) holds 28,672 against 45,056 and shares a
+    chunk of 8 completions of one 1,300-token prompt in one continuation forward."""
+    from vepo_trl.prompt_cache import continuation_rows
+
+    llava = _widths("llava-hf/llava-1.5-7b-hf")  # its text config is LlamaConfig's defaults: Llama-2-7B's sizes
+    # Qwen2.5-VL-7B-Instruct config.json's sizes (the reference keeps its other fields)
+    qwen = _widths("Qwen/Qwen2.5-VL-7B-Instruct", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                   num_attention_heads=28, num_key_value_heads=4)  # fmt: skip
+    assert llava == (262_144, 30_208) and qwen == (28_672, 45_056)
+    shape = dict(budget_rows=8, rows=8, prompt_length=1_300, length=256)
+    assert continuation_rows(llava, prompts=1, **shape) == 0
+    assert continuation_rows(qwen, prompts=1, **shape) == 8
+    # Hand-computed at 1,024-token completions: (8 x 2,324 x 45,056 - 1,300 x 28,672) // (2,324 x 28,672 + 1,024 x
+    # 45,056) = 7 rows per continuation
+    assert continuation_rows(qwen, prompts=1, **{**shape, "length": 1_024}) == 7
+    # Every prompt distinct: its caches alone would pass the whole forward's bound
+    assert continuation_rows(qwen, prompts=8, **{**shape, "prompt_length": 2_000, "length": 64}) == 0
+    shared = 0
+    for widths in (llava, qwen):
+        for prompts, prompt_length, length in [(1, 1_300, 256), (2, 600, 1_024), (4, 300, 128), (8, 100, 512)]:
+            rows = continuation_rows(widths, budget_rows=8, rows=8, prompts=prompts, prompt_length=prompt_length,
+                                     length=length)  # fmt: skip
+            if rows == 0:  # whole sequences
+                continue
+            cache, activations = widths
+            whole = 8 * (prompt_length + length) * activations
+            assert prompts * prompt_length * (cache + activations) <= whole  # the prefill
+            held = prompts * prompt_length * cache + rows * ((prompt_length + length) * cache + length * activations)
+            assert held <= whole  # a continuation forward
+            shared += widths == qwen
+    assert shared == 4

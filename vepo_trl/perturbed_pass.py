@@ -15,18 +15,19 @@ from typing import Any
 import torch
 from accelerate.utils import is_peft_model
 
-from .batch import MODEL_INPUT_KEYS, Batch, take_rows
+from .batch import MODEL_INPUT_KEYS, ROW_KEYS, Batch, take_rows
 from .families import pixel_layout
 from .model_hooks import capture_final_hidden, completion_hidden, scoring_mode
 from .perturb import ImageLayout, PixelLayout, perturb_pixel_values
 from .prompt_cache import (
-    cache_blocker,
-    completions_hold_images,
+    continuation_rows,
+    memory_widths,
     prompt_groups,
+    shareable,
     shared_prompt_hidden,
 )
 from .scoring import TokenSignals, scatter_to_rows, token_signals
-from .sharding import dummy_image, full_lm_head, weights_are_sharded
+from .sharding import dummy_image, full_lm_head
 from .utils import media_token_ids
 
 
@@ -57,14 +58,17 @@ class PerturbedPass:
             self.pixel_layout = pixel_layout(host.model, processor.image_processor, strategy)
         self._base_models: dict[int, torch.nn.Module] = {}
         self._dummy_inputs: dict[str, torch.Tensor] | None = None
+        self._widths: tuple[int, int] | None = None
         # Completions, and token positions, run through the perturbed forward so far (benchmarks and tests read them)
         self.num_completions = 0
         self.num_positions = 0
-        # Rows that share a prompt read it once. Not where weights are sharded (ZeRO-3, FSDP): a process's number of
-        # forwards would then follow its prompts, and every forward gathers parameters with the other processes. Not
-        # where the model's continuation from a cache is not its whole forward (`prompt_cache.cache_blocker`)
+        # Model forwards per scoring chunk, dummies included (equal on every process: tests compare them)
+        self.chunk_forwards: list[int] = []
+        self.num_forwards = 0
+        # Rows that share a prompt read it once, on one process or many, weights sharded or not (off for good where the
+        # model returns no cache)
+        self.share_prompts = True
         config = getattr(self.base_model(host.model), "config", None)
-        self.share_prompts = not weights_are_sharded(host) and (config is None or cache_blocker(config) is None)
         # A completion holding these (a tool's image) keeps the whole-sequence pass
         self.image_token_ids = media_token_ids(config) if config is not None else []
         # The signals read the LM head's weight directly: not through a PEFT adapter's wrapper
@@ -112,10 +116,13 @@ class PerturbedPass:
 
     # -- forwards ------------------------------------------------------------------------------------------------
 
-    def dummy_forward(self, model) -> None:
-        """A one-image, few-token forward for a process with nothing to score: it enters the same collectives (ZeRO-3 /
-        FSDP parameter gathers of the language model AND the vision tower) as a real one. Built once, kept on the
-        device."""
+    def forward(self, model, **inputs):
+        """`model(**inputs)`, counted."""
+        self.num_forwards += 1
+        return model(**inputs)
+
+    def dummy_inputs(self) -> dict[str, torch.Tensor]:
+        """A one-image, few-token prompt, built once and kept on the device."""
         if self._dummy_inputs is None:
             processor = self.host.processing_class
             messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "."}]}]
@@ -126,8 +133,21 @@ class PerturbedPass:
             self._dummy_inputs = {
                 k: v.to(device) for k, v in encoded.items() if isinstance(v, torch.Tensor) and k != "labels"
             }
+        return self._dummy_inputs
+
+    def dummy_forward(self, model, use_cache: bool = False):
+        """A one-image, few-token forward for a process with nothing to score: it enters the same collectives (ZeRO-3 /
+        FSDP parameter gathers of the language model AND the vision tower) as a real one."""
         with scoring_mode(model), self.host.accelerator.autocast():
-            model(**self._dummy_inputs, logits_to_keep=1, use_cache=False)
+            return self.forward(model, **self.dummy_inputs(), logits_to_keep=1, use_cache=use_cache)
+
+    def dummy_text_forward(self, model) -> None:
+        """A one-token text forward (the dummy prompt's last token, no image): the collectives of a continuation
+        forward, which runs the language model without the vision tower."""
+        inputs = self.dummy_inputs()
+        text = {key: inputs[key][:, -1:] for key in ("input_ids", "attention_mask", *ROW_KEYS) if key in inputs}
+        with scoring_mode(model), self.host.accelerator.autocast():
+            self.forward(model, **text, logits_to_keep=1, use_cache=False)
 
     def perturb(self, row_inputs: dict[str, Any]) -> torch.Tensor:
         """The perturbed `pixel_values` of some rows' image inputs (`take_rows` layout), seeded per image."""
@@ -149,83 +169,92 @@ class PerturbedPass:
             num_generations=host.num_generations,
         )
 
-    @torch.no_grad()
-    def perturbed_hidden(self, model, input_ids, attention_mask, length, multimodal, max_rows=None) -> torch.Tensor:
-        """Completion hidden states `(n, T, d)` of rows `(n, P + T)` (image inputs `multimodal`, `take_rows` layout)
-        under the no-grad forward (dropout off) with their images perturbed, at most `max_rows` rows (all by default)
-        per forward. The head runs on one position only: the signals need hidden states, not logits.
-
-        Rows that share a prompt and its images (`prompt_cache.prompt_groups`) share its perturbed image too (seeded by
-        content): with `share_prompts`, where some prompt has two rows here and no completion holds an image, each
-        prompt's images are perturbed once and it is read once (`prompt_cache.shared_prompt_hidden`); otherwise every
-        row's images are perturbed and its whole sequence runs."""
+    def slices_for(self, input_ids, attention_mask, length: int, prompts: int, budget_rows: int) -> int | None:
+        """Continuation forwards for rows `(n, P + T)` of `prompts` distinct prompts read once, within the memory of a
+        whole-sequence forward of `budget_rows` rows (`prompt_cache.continuation_rows`); None where one row does not
+        fit."""
         rows = input_ids.size(0)
-        max_rows = max_rows or rows
-        if (
-            self.share_prompts
-            and length > 0
-            and not completions_hold_images(input_ids, length, multimodal, self.image_token_ids)
-        ):
+        if self._widths is None:
+            self._widths = memory_widths(
+                self.base_model(self.host.model).get_decoder(), self.text_config().hidden_size
+            )
+        fit = continuation_rows(self._widths, budget_rows=budget_rows, rows=rows, prompts=prompts,
+                                prompt_length=input_ids.size(1) - length, length=length)  # fmt: skip
+        return -(-rows // fit) if fit else None
+
+    @torch.no_grad()
+    def perturbed_hidden(self, model, input_ids, attention_mask, length, multimodal, slices=None) -> torch.Tensor:
+        """Completion hidden states `(n, T, d)` of rows `(n, P + T)` (image inputs `multimodal`, `take_rows` layout)
+        under the no-grad forward (dropout off) with their images perturbed. The head runs on one position only: the
+        signals need hidden states, not logits.
+
+        With `slices` (an int), each distinct prompt (`prompt_cache.prompt_groups`: rows with one prompt and the same
+        images share its perturbed image, seeded by content) is perturbed once and read once, in one prefill and
+        `slices` continuation forwards (`prompt_cache.shared_prompt_hidden`); the caller has checked the rows
+        (`prompt_cache.shareable`). Without, every row's images are perturbed and the rows' whole sequences run in one
+        forward. A model that keeps no cache runs whole sequences from then on (one forward)."""
+        if slices is not None and self.share_prompts and length > 0:
             groups = prompt_groups(input_ids, attention_mask, length, multimodal)
-            if len(groups) < rows:
-                leaders = take_rows(multimodal, torch.tensor([group[0] for group in groups], device=input_ids.device))
-                leaders["pixel_values"] = self.perturb(leaders)
-                with scoring_mode(model), self.host.accelerator.autocast():
-                    hidden, positions = shared_prompt_hidden(
-                        model, self.base_model(model), lambda: self.capture(model), input_ids, attention_mask,
-                        length, multimodal, groups, leaders, max_rows,
-                    )  # fmt: skip
-                self.num_positions += positions
-                if hidden is not None:
-                    return hidden
-                logger.warning(
-                    "The model returned no cache from its prompt forward: the perturbed pass runs every completion's "
-                    "whole sequence from now on."
-                )
-                self.share_prompts = False
-        pieces = []
-        for start in range(0, rows, max_rows):
-            part = torch.arange(start, min(start + max_rows, rows), device=input_ids.device)
-            part_inputs = take_rows(multimodal, part)  # every row in order: the tensors themselves
-            model_inputs = {key: part_inputs[key] for key in MODEL_INPUT_KEYS if part_inputs.get(key) is not None}
-            model_inputs["pixel_values"] = self.perturb(part_inputs)
-            with self.capture(model) as captured, scoring_mode(model), self.host.accelerator.autocast():
-                model(
-                    input_ids=input_ids[part],
-                    attention_mask=attention_mask[part],
-                    **model_inputs,
-                    logits_to_keep=1,
-                    use_cache=False,
-                )
-            pieces.append(completion_hidden(captured, length))
-            self.num_positions += input_ids[part].numel()
-        return torch.cat(pieces)
+            leaders = take_rows(multimodal, torch.tensor([group[0] for group in groups], device=input_ids.device))
+            leaders["pixel_values"] = self.perturb(leaders)
+            with scoring_mode(model), self.host.accelerator.autocast():
+                hidden = shared_prompt_hidden(
+                    lambda **inputs: self.forward(model, **inputs), self.base_model(model),
+                    lambda: self.capture(model), input_ids, attention_mask, length, multimodal, groups, leaders,
+                    slices, lambda: self.dummy_text_forward(model),
+                )  # fmt: skip
+            if hidden is not None:
+                self.num_positions += len(groups) * (input_ids.size(1) - length) + input_ids.size(0) * length
+                return hidden
+            logger.warning(
+                "The model returned no cache from its prompt forward: the perturbed pass runs every completion's "
+                "whole sequence from now on."
+            )
+            self.share_prompts = False
+        rows = torch.arange(input_ids.size(0), device=input_ids.device)
+        row_inputs = take_rows(multimodal, rows)  # every row in order: the tensors themselves
+        model_inputs = {key: row_inputs[key] for key in MODEL_INPUT_KEYS if row_inputs.get(key) is not None}
+        model_inputs["pixel_values"] = self.perturb(row_inputs)
+        with self.capture(model) as captured, scoring_mode(model), self.host.accelerator.autocast():
+            self.forward(model, input_ids=input_ids, attention_mask=attention_mask, **model_inputs, logits_to_keep=1,
+                         use_cache=False)  # fmt: skip
+        self.num_positions += input_ids.numel()
+        return completion_hidden(captured, length)
 
     # -- signals -------------------------------------------------------------------------------------------------
 
     @torch.no_grad()
     def score_rows(
-        self, inputs, index: torch.Tensor, clean_tokens: torch.Tensor, wanted: set[str], max_rows: int | None = None
+        self, inputs, index: torch.Tensor, clean_tokens: torch.Tensor, wanted: set[str], slices: int | None = None
     ) -> TokenSignals:
         """Signals of the responses `index` `(n,)` of a batch, over their valid completion tokens (flattened, row by
-        row, `(N,)` each), from their clean hidden states `clean_tokens` `(N, d)` and their perturbed pass (at most
-        `max_rows` rows per forward). With no row, a dummy forward and a signal pass over no token keep the collectives
-        aligned."""
+        row, `(N,)` each), from their clean hidden states `clean_tokens` `(N, d)` and their perturbed pass
+        (`perturbed_hidden`: prompts read once in `1 + slices` forwards, or whole sequences in one). With no row, the
+        same number of dummy forwards and a signal pass over no token keep the collectives aligned."""
         host, model = self.host, self.host.model
         inputs = Batch.of(inputs)
         input_ids, attention_mask = inputs.sequence
         length = inputs.completion_length
         valid = inputs.valid
+        before = self.num_forwards
         if index.numel() == 0:
-            self.dummy_forward(model)
+            shared = slices is not None and self.share_prompts
+            # The dummy prefill keeps a cache too: a model that returns none switches every process to whole sequences
+            out = self.dummy_forward(model, use_cache=shared)
+            if shared and (getattr(out, "cache", None) or getattr(out, "past_key_values", None)) is None:
+                self.share_prompts = shared = False
+                self.dummy_forward(model)
+            for _ in range(slices if shared else 0):
+                self.dummy_text_forward(model)
             perturbed = clean_tokens.new_zeros(0, self.text_config().hidden_size)
             targets = input_ids.new_zeros(0)
         else:
             row_inputs = inputs.take(index)
             ids, mask = input_ids[index], attention_mask[index]
-            perturbed = self.perturbed_hidden(model, ids, mask, length, row_inputs, max_rows)[valid[index]]
+            perturbed = self.perturbed_hidden(model, ids, mask, length, row_inputs, slices)[valid[index]]
             targets = inputs["completion_ids"][index][valid[index]]
             self.num_completions += int(index.numel())
+        self.chunk_forwards.append(self.num_forwards - before)
         head = self.lm_head(model)
         text_config = self.text_config()
         logit_scale = getattr(text_config, "logit_scale", None)
@@ -246,16 +275,12 @@ class PerturbedPass:
 
     def chunks(self, inputs: dict[str, Any], index: torch.Tensor, batch_size: int) -> list[torch.Tensor]:
         """The responses `index` `(n,)` in consecutive chunks of `batch_size`. With prompts shared, a chunk takes the
-        rest of a prompt's responses beyond `batch_size` (its forwards still run at most `batch_size` rows each), so
-        a prompt's consecutive completions meet in one chunk and its prompt is read once."""
+        rest of a prompt's responses beyond `batch_size` (its continuation forwards still fit the memory of
+        `batch_size` whole rows), so a prompt's consecutive completions meet in one chunk and its prompt is read once."""
         rows = index.tolist()
         if not (self.share_prompts and rows):
             return [index[start : start + batch_size] for start in range(0, len(rows), batch_size)]
-        inputs = Batch.of(inputs)
-        input_ids, attention_mask = inputs.sequence
-        length = inputs.completion_length
-        group_of = {row: number for number, group in enumerate(
-            prompt_groups(input_ids, attention_mask, length, inputs)) for row in group}  # fmt: skip
+        group_of = self.group_of(inputs)
         chunks: list[list[int]] = []
         for row in rows:
             current = chunks[-1] if chunks else None
@@ -265,19 +290,60 @@ class PerturbedPass:
                 current.append(row)
         return [torch.tensor(chunk, dtype=index.dtype, device=index.device) for chunk in chunks]
 
+    @staticmethod
+    def group_of(inputs) -> dict[int, int]:
+        """Each row's prompt group (`prompt_cache.prompt_groups` over the batch)."""
+        inputs = Batch.of(inputs)
+        input_ids, attention_mask = inputs.sequence
+        groups = prompt_groups(input_ids, attention_mask, inputs.completion_length, inputs)
+        return {row: number for number, group in enumerate(groups) for row in group}
+
+    def shared_plan(self, inputs, index: torch.Tensor, batch_size: int) -> tuple[list[torch.Tensor], int | None]:
+        """This process's chunks with prompts read once (`chunks`) and the most continuation forwards any of them
+        needs (`slices_for`); None for the forwards where its rows cannot continue from a cache (`shareable`), a chunk
+        does not fit the memory of `batch_size` whole rows, or the model does not share."""
+        if not self.share_prompts:
+            return [], None
+        if index.numel() == 0:
+            return [], 0
+        input_ids, attention_mask = inputs.sequence
+        length = inputs.completion_length
+        per_token = {key: inputs[key][index] for key in ROW_KEYS if inputs.get(key) is not None}
+        if length == 0 or not shareable(input_ids[index], attention_mask[index], length, per_token,
+                                        self.image_token_ids):  # fmt: skip
+            return [], None
+        chunked = self.chunks(inputs, index, batch_size)
+        group_of = self.group_of(inputs)
+        most = 0
+        for chunk in chunked:
+            prompts = len({group_of[row] for row in chunk.tolist()})
+            slices = self.slices_for(input_ids[chunk], attention_mask[chunk], length, prompts, batch_size)
+            if slices is None:
+                return [], None
+            most = max(most, slices)
+        return chunked, most
+
     def signals_for_rows(
         self, inputs: dict[str, Any], signals: TokenSignals, rows: torch.Tensor, clean_of_row, batch_size: int, wanted
     ) -> TokenSignals:
-        """Score the responses `rows` `(B,)` in chunks (`chunks`: of `batch_size` rows, a prompt's consecutive rows
-        kept together when prompts are shared), `clean_of_row(i)` giving response i's clean token states
-        `(n_valid, d)`; every process runs as many chunks as the process with the most. Writes the signals into
-        `signals` (`(B, T)` fields) for those responses."""
+        """Score the responses `rows` `(B,)` in chunks, `clean_of_row(i)` giving response i's clean token states
+        `(n_valid, d)`. Writes the signals into `signals` (`(B, T)` fields) for those responses.
+
+        Every process runs as many chunks as the process with the most, and per chunk the same forwards: with prompts
+        read once where every process can (`shared_plan`), one prefill and as many continuations as the process that
+        needs the most; else one whole-sequence forward of at most `batch_size` rows. A process with no rows runs
+        dummies, so the parameter gathers of ZeRO-3 / FSDP line up. One gather of four counts per call decides it."""
         inputs = Batch.of(inputs)  # each chunk reads the same sequence, masks and image pieces: made once
         index = rows.nonzero().squeeze(-1)
-        chunked = self.chunks(inputs, index, batch_size)
-        # The same number of scoring passes on every process, whatever each one's share of images and advantages
-        count = int(self.host.accelerator.gather(torch.tensor([max(1, len(chunked))], device=rows.device)).max())
-        chunked += [index[:0]] * (count - len(chunked))
+        whole = [index[start : start + batch_size] for start in range(0, index.numel(), batch_size)]
+        shared, slices = self.shared_plan(inputs, index, batch_size)
+        mine = [len(whole), len(shared), slices or 0, int(slices is None)]
+        counts = self.host.accelerator.gather(torch.tensor([mine], device=rows.device)).view(-1, 4).max(0).values
+        if int(counts[3]):
+            chunked, count, slices = whole, int(counts[0]), None
+        else:
+            chunked, count, slices = shared, int(counts[1]), int(counts[2])
+        chunked += [index[:0]] * (max(1, count) - len(chunked))
         valid = inputs.valid
         token_rows = torch.zeros_like(valid)
         token_rows[index] = valid[index]
@@ -286,7 +352,7 @@ class PerturbedPass:
         for chunk_index in chunked:
             clean = [clean_of_row(int(i)) for i in chunk_index]
             clean = torch.cat(clean) if clean else torch.zeros(0, hidden_size, device=rows.device)
-            pieces.append(self.score_rows(inputs, chunk_index, clean.to(rows.device), wanted, batch_size))
+            pieces.append(self.score_rows(inputs, chunk_index, clean.to(rows.device), wanted, slices))
         for name in pieces[0].computed():
             values = scatter_to_rows(torch.cat([getattr(piece, name) for piece in pieces]), token_rows)
             current = getattr(signals, name)

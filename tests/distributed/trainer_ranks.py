@@ -15,7 +15,9 @@ The data put text-only prompts on process 0 and prompts with one or two images o
 (`shuffle_dataset=False`, one generation per two optimiser steps with `num_iterations=2`, so TRL's rollout-time
 forward carries the scoring), gradient accumulation 2. Completions are fixed from the prompt (after the real
 generation ran, so its gathers happen), and the optimiser is SGD: the two-process run must end on the one-process
-run's weights. Writes `report.json` (rank 0) and, on one process, `weights.pt`.
+run's weights. Each VEPO scoring call runs whole sequences beside the shared pass (`compare_passes`); the report
+holds the largest difference and each process's forwards per scoring chunk. Writes `report.json` (rank 0) and, on
+one process, `weights.pt`.
 
     torchrun --nproc_per_node {1,2} trainer_ranks.py OUTPUT MODEL_DIR {single,ddp,fsdp1,fsdp2,zero2,zero3} [vepo|grpo]
 """
@@ -154,6 +156,40 @@ def fix_completions(trainer) -> None:
     trainer._generate_single_turn = generate
 
 
+def compare_passes(trainer) -> dict:
+    """Every scoring call also runs whole sequences first (every process, in the same order, so the collectives stay
+    in step): the largest difference of the signals (JSD, entropies) over the scored tokens and whether the masks
+    agree. `chunk_forwards` keeps the shared calls' forwards per chunk only."""
+    import copy
+
+    from vepo_trl.batch import Batch
+
+    passes, pipeline = trainer.perturbed_pass, trainer.selection_pipeline
+    record = {"max_signal_diff": 0.0, "masks_equal": True}
+    original = passes.signals_for_rows
+
+    def both(inputs, signals, rows, clean_of_row, batch_size, wanted):
+        share = passes.share_prompts
+        passes.share_prompts = False
+        start, counts = len(passes.chunk_forwards), (passes.num_completions, passes.num_positions)
+        whole = original(inputs, copy.copy(signals), rows, clean_of_row, batch_size, wanted)
+        del passes.chunk_forwards[start:]
+        passes.num_completions, passes.num_positions = counts
+        passes.share_prompts = share
+        shared = original(inputs, signals, rows, clean_of_row, batch_size, wanted)
+        scored = Batch.of(inputs).valid & rows[:, None]
+        for name in ("jsd", "entropy", "perturbed_entropy"):
+            if getattr(shared, name) is not None and bool(scored.any()):
+                difference = float((getattr(shared, name) - getattr(whole, name))[scored].abs().max())
+                record["max_signal_diff"] = max(record["max_signal_diff"], difference)
+        same = torch.equal(pipeline.select(inputs, shared, rows), pipeline.select(inputs, whole, rows))
+        record["masks_equal"] = record["masks_equal"] and same
+        return shared
+
+    passes.signals_for_rows = both
+    return record
+
+
 def full_weights(trainer, mode: str) -> dict[str, torch.Tensor]:
     """Every parameter in full on this process (a collective under sharding), named as in the unwrapped model."""
     wrapped = trainer.model_wrapped
@@ -218,6 +254,7 @@ def main(output: str, model_dir: str, mode: str, trainer_name: str = "vepo") -> 
         train_dataset=dataset(trainer_name == "vepo"),
     )
     fix_completions(trainer)
+    comparison = compare_passes(trainer) if trainer_name == "vepo" else {}
     before = full_weights(trainer, mode)
     trainer.train()
     state = PartialState()
@@ -233,6 +270,8 @@ def main(output: str, model_dir: str, mode: str, trainer_name: str = "vepo") -> 
         "head_unshards": None if head_unshard is None else head_unshard.unshards,
         "perturbed": getattr(trainer, "num_perturbed_completions", None),
         "skipped": getattr(trainer, "num_skipped_completions", None),
+        "chunk_forwards": trainer.perturbed_pass.chunk_forwards if trainer_name == "vepo" else None,
+        **comparison,
     }
     ranks = [None] * state.num_processes
     if state.num_processes > 1:

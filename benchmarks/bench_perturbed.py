@@ -52,9 +52,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gpu_step import QWEN_3B, build_model, make_batch, rotations, spread  # noqa: E402
 
 from vepo_trl import VEPOConfig, VEPOTrainer  # noqa: E402
-from vepo_trl.batch import sequence, take_rows  # noqa: E402
+from vepo_trl.batch import Batch, sequence, take_rows  # noqa: E402
 from vepo_trl.builtin.tiny_models import build_processor, build_tiny  # noqa: E402
 from vepo_trl.data import synthetic_training_dataset  # noqa: E402
+from vepo_trl.prompt_cache import continuation_forwards, row_groups  # noqa: E402
 from vepo_trl.scoring import TokenSignals  # noqa: E402
 
 
@@ -124,8 +125,9 @@ def time_perturbed(trainer, batch, rounds):
     positions = {}
     ratios = []
 
-    groups = len(set(passes.group_of(batch).values()))
-    slices = passes.slices_for(ids, mask, length, groups, ids.size(0))
+    groups = len(set(row_groups(Batch.of(batch)).values()))
+    slices = continuation_forwards(passes.widths(), rows=ids.size(0), prompts=groups, prompt_length=ids.size(1) - length,
+                                   length=length, budget_rows=ids.size(0))  # fmt: skip
     assert slices is not None, "the shape does not fit the memory bound: no prompt sharing to time"
 
     def run(shared):
@@ -347,15 +349,16 @@ def sharded_worker(args) -> dict:
             batch = make_batch(processor, device, generations, length, args.image_side, VOCAB_LIMIT)
             trainer = make_trainer(model, processor, generations, length,
                                    {**METHODS["vepo"], **sharding, "max_steps": 1}, output_dir)  # fmt: skip
-            compute_loss = trainer.compute_loss
 
             def measure(*a, **k):
-                if f"perturbed_time_ratio_g{generations}" not in figures:
-                    perturbed_figures(figures, generations, trainer, batch, args.rounds)
-                return compute_loss(*a, **k)
+                perturbed_figures(figures, generations, trainer, batch, args.rounds)
+                raise Measured  # every process at the same point: the step's backward is not this phase's
 
             trainer.compute_loss = measure
-            trainer.train()
+            try:
+                trainer.train()
+            except Measured:
+                pass
         else:
             generations = max(args.generations)
             trainer = make_trainer(model, processor, generations, length,
@@ -374,6 +377,10 @@ def sharded_worker(args) -> dict:
             json.dump(figures, file)
     state.wait_for_everyone()
     return figures
+
+
+class Measured(Exception):
+    """The perturbed pass was measured inside the first training step; the step stops there."""
 
 
 class StepTimer(TrainerCallback):

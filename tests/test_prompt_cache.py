@@ -86,7 +86,7 @@ def _signals_both_ways(trainer, inputs, batch_size=None, monkeypatch=None):
     bound (`prompt_cache.continuation_rows`: the tiny Gemma 4's cache outweighs its whole forward 5.5 times)."""
     pipeline, perturbed = trainer.selection_pipeline, trainer.perturbed_pass
     if monkeypatch is not None:
-        monkeypatch.setattr("vepo_trl.perturbed_pass.continuation_rows", lambda widths, *, rows, **shape: rows)
+        monkeypatch.setattr("vepo_trl.prompt_cache.continuation_rows", lambda widths, *, rows, **shape: rows)
     model = trainer.model
     with torch.no_grad(), perturbed.capture(model) as captured:
         logps, entropies, _ = pipeline.batch_forward(model, inputs, scoring=True)
@@ -395,7 +395,7 @@ def test_every_process_runs_the_forwards_of_the_one_that_needs_most(tiny_dirs, t
     theirs = [3, 2, 3, 0]
     passes.signals_for_rows(inputs, TokenSignals(entropy=torch.zeros_like(valid, dtype=torch.float)),
                             torch.zeros_like(rows), lambda i: None, 5, set(SIGNALS))  # fmt: skip
-    assert passes.chunk_forwards == [4, 4]
+    assert list(passes.chunk_forwards) == [4, 4]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -457,3 +457,18 @@ def test_memory_bound_at_seven_billion_parameter_shapes():
             assert held <= whole  # a continuation forward
             shared += widths == qwen
     assert shared == 4
+
+
+def test_memory_widths_see_through_lora_layers():
+    """A LoRA adapter on the key and value projections wraps each `nn.Linear` (`base_layer`): the cache's width is
+    the same as the bare model's (it read 0 before, and the bound never refused)."""
+    from peft import LoraConfig, get_peft_model
+
+    from vepo_trl.builtin.tiny_models import build_tiny
+    from vepo_trl.prompt_cache import memory_widths
+
+    model, _ = build_tiny("llava")
+    hidden = model.config.get_text_config().hidden_size
+    bare = memory_widths(model.get_decoder(), hidden)
+    wrapped = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "k_proj", "v_proj", "up_proj"]))
+    assert memory_widths(wrapped.get_base_model().get_decoder(), hidden) == bare and bare[0] > 0

@@ -9,6 +9,7 @@ model, vision tower, LM head) line up across processes.
 
 from __future__ import annotations
 
+import collections
 import logging
 from typing import Any
 
@@ -20,9 +21,11 @@ from .families import pixel_layout
 from .model_hooks import capture_final_hidden, completion_hidden, scoring_mode
 from .perturb import ImageLayout, PixelLayout, perturb_pixel_values
 from .prompt_cache import (
-    continuation_rows,
+    chunk_rows,
+    continuation_forwards,
     memory_widths,
     prompt_groups,
+    row_groups,
     shareable,
     shared_prompt_hidden,
 )
@@ -63,7 +66,7 @@ class PerturbedPass:
         self.num_completions = 0
         self.num_positions = 0
         # Model forwards per scoring chunk, dummies included (equal on every process: tests compare them)
-        self.chunk_forwards: list[int] = []
+        self.chunk_forwards: collections.deque[int] = collections.deque(maxlen=10_000)
         self.num_forwards = 0
         # Rows that share a prompt read it once, on one process or many, weights sharded or not (off for good where the
         # model returns no cache)
@@ -169,18 +172,13 @@ class PerturbedPass:
             num_generations=host.num_generations,
         )
 
-    def slices_for(self, input_ids, attention_mask, length: int, prompts: int, budget_rows: int) -> int | None:
-        """Continuation forwards for rows `(n, P + T)` of `prompts` distinct prompts read once, within the memory of a
-        whole-sequence forward of `budget_rows` rows (`prompt_cache.continuation_rows`); None where one row does not
-        fit."""
-        rows = input_ids.size(0)
+    def widths(self) -> tuple[int, int]:
+        """`prompt_cache.memory_widths` of the model, read once."""
         if self._widths is None:
             self._widths = memory_widths(
                 self.base_model(self.host.model).get_decoder(), self.text_config().hidden_size
             )
-        fit = continuation_rows(self._widths, budget_rows=budget_rows, rows=rows, prompts=prompts,
-                                prompt_length=input_ids.size(1) - length, length=length)  # fmt: skip
-        return -(-rows // fit) if fit else None
+        return self._widths
 
     @torch.no_grad()
     def perturbed_hidden(self, model, input_ids, attention_mask, length, multimodal, slices=None) -> torch.Tensor:
@@ -273,55 +271,32 @@ class PerturbedPass:
                 tile_size=self.tile_size(input_ids.device),
             )
 
-    def chunks(self, inputs: dict[str, Any], index: torch.Tensor, batch_size: int) -> list[torch.Tensor]:
-        """The responses `index` `(n,)` in consecutive chunks of `batch_size`. With prompts shared, a chunk takes the
-        rest of a prompt's responses beyond `batch_size` (its continuation forwards still fit the memory of
-        `batch_size` whole rows), so a prompt's consecutive completions meet in one chunk and its prompt is read once."""
-        rows = index.tolist()
-        if not (self.share_prompts and rows):
-            return [index[start : start + batch_size] for start in range(0, len(rows), batch_size)]
-        group_of = self.group_of(inputs)
-        chunks: list[list[int]] = []
-        for row in rows:
-            current = chunks[-1] if chunks else None
-            if current is None or (len(current) >= batch_size and group_of[row] != group_of[current[-1]]):
-                chunks.append([row])
-            else:
-                current.append(row)
+    def chunks(self, inputs, index: torch.Tensor, batch_size: int, group_of=None) -> list[torch.Tensor]:
+        """The responses `index` `(n,)` in chunks of `batch_size` (`prompt_cache.chunk_rows`: with prompts shared, a
+        prompt's consecutive completions meet in one chunk)."""
+        if self.share_prompts and index.numel():
+            group_of = group_of or row_groups(Batch.of(inputs))
+        chunks = chunk_rows(index.tolist(), batch_size, group_of if self.share_prompts else None)
         return [torch.tensor(chunk, dtype=index.dtype, device=index.device) for chunk in chunks]
-
-    @staticmethod
-    def group_of(inputs) -> dict[int, int]:
-        """Each row's prompt group (`prompt_cache.prompt_groups` over the batch)."""
-        inputs = Batch.of(inputs)
-        input_ids, attention_mask = inputs.sequence
-        groups = prompt_groups(input_ids, attention_mask, inputs.completion_length, inputs)
-        return {row: number for number, group in enumerate(groups) for row in group}
 
     def shared_plan(self, inputs, index: torch.Tensor, batch_size: int) -> tuple[list[torch.Tensor], int | None]:
         """This process's chunks with prompts read once (`chunks`) and the most continuation forwards any of them
-        needs (`slices_for`); None for the forwards where its rows cannot continue from a cache (`shareable`), a chunk
-        does not fit the memory of `batch_size` whole rows, or the model does not share."""
-        if not self.share_prompts:
-            return [], None
-        if index.numel() == 0:
-            return [], 0
+        needs (`prompt_cache.continuation_forwards`); None for the forwards where its rows cannot continue from a
+        cache (`shareable`), a chunk does not fit the memory of `batch_size` whole rows, or the model does not share."""
+        if not self.share_prompts or index.numel() == 0:
+            return [], None if not self.share_prompts else 0
         input_ids, attention_mask = inputs.sequence
         length = inputs.completion_length
         per_token = {key: inputs[key][index] for key in ROW_KEYS if inputs.get(key) is not None}
         if length == 0 or not shareable(input_ids[index], attention_mask[index], length, per_token,
                                         self.image_token_ids):  # fmt: skip
             return [], None
-        chunked = self.chunks(inputs, index, batch_size)
-        group_of = self.group_of(inputs)
-        most = 0
-        for chunk in chunked:
-            prompts = len({group_of[row] for row in chunk.tolist()})
-            slices = self.slices_for(input_ids[chunk], attention_mask[chunk], length, prompts, batch_size)
-            if slices is None:
-                return [], None
-            most = max(most, slices)
-        return chunked, most
+        group_of = row_groups(inputs)
+        chunked = self.chunks(inputs, index, batch_size, group_of)
+        forwards = [continuation_forwards(self.widths(), rows=len(chunk), prompts=len({group_of[int(r)] for r in chunk}),
+                                          prompt_length=input_ids.size(1) - length, length=length,
+                                          budget_rows=batch_size) for chunk in chunked]  # fmt: skip
+        return (chunked, max(forwards)) if None not in forwards else ([], None)
 
     def signals_for_rows(
         self, inputs: dict[str, Any], signals: TokenSignals, rows: torch.Tensor, clean_of_row, batch_size: int, wanted

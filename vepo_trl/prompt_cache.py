@@ -48,6 +48,28 @@ def prompt_groups(input_ids, attention_mask, length: int, inputs: dict[str, Any]
     return groups
 
 
+def row_groups(batch) -> dict[int, int]:
+    """Each row's prompt group number (`prompt_groups`) over a `batch.Batch`."""
+    input_ids, attention_mask = batch.sequence
+    groups = prompt_groups(input_ids, attention_mask, batch.completion_length, batch)
+    return {row: number for number, group in enumerate(groups) for row in group}
+
+
+def chunk_rows(rows: list[int], batch_size: int, group_of: dict[int, int] | None = None) -> list[list[int]]:
+    """`rows` in consecutive chunks of `batch_size`; with `group_of` (prompts shared), a chunk takes the rest of a
+    prompt's consecutive rows beyond `batch_size`, so that prompt is read once (its continuation forwards still fit
+    the memory of `batch_size` whole rows: `continuation_forwards`)."""
+    if group_of is None:
+        return [rows[start : start + batch_size] for start in range(0, len(rows), batch_size)]
+    chunks: list[list[int]] = []
+    for row in rows:
+        if not chunks or (len(chunks[-1]) >= batch_size and group_of[row] != group_of[chunks[-1][-1]]):
+            chunks.append([row])
+        else:
+            chunks[-1].append(row)
+    return chunks
+
+
 def _same_inputs(a: dict[str, Any], b: dict[str, Any]) -> bool:
     if a.keys() != b.keys():
         return False
@@ -112,10 +134,13 @@ def memory_widths(decoder: torch.nn.Module, hidden_size: int) -> tuple[int, int]
     cache, widths = 0, []
     for name, module in decoder.named_modules():
         leaf = name.rsplit(".", 1)[-1]
-        if isinstance(module, torch.nn.Linear) and leaf in ("k_proj", "v_proj"):
-            cache += module.out_features
-        elif isinstance(module, torch.nn.Linear) and leaf in ("up_proj", "gate_up_proj"):
-            widths.append(module.out_features * (1 if leaf == "gate_up_proj" else 2))
+        width = getattr(getattr(module, "base_layer", module), "out_features", None)  # a LoRA layer wraps its Linear
+        if width is None:
+            continue
+        if leaf in ("k_proj", "v_proj"):
+            cache += width
+        elif leaf in ("up_proj", "gate_up_proj"):
+            widths.append(width * (1 if leaf == "gate_up_proj" else 2))
     if not widths:
         config = decoder.config
         widths = [2 * (getattr(config, "moe_intermediate_size", None) or getattr(config, "intermediate_size", 0))]
@@ -141,6 +166,15 @@ def continuation_rows(
     if held + prompts * prompt_length * activations > whole:
         return 0
     return min(rows, (whole - held) // (total * cache + length * activations))
+
+
+def continuation_forwards(widths: tuple[int, int], *, rows: int, prompts: int, prompt_length: int, length: int,
+                          budget_rows: int) -> int | None:  # fmt: skip
+    """Continuation forwards for `rows` completions after `prompts` distinct prompts read once
+    (`continuation_rows` each), or None where one row does not fit the memory of `budget_rows` whole rows."""
+    fit = continuation_rows(widths, budget_rows=budget_rows, rows=rows, prompts=prompts,
+                            prompt_length=prompt_length, length=length)  # fmt: skip
+    return -(-rows // fit) if fit else None
 
 
 def _gathered(cache, indices: torch.Tensor, last: bool):

@@ -173,7 +173,8 @@ def compare_passes(trainer) -> dict:
         passes.share_prompts = False
         start, counts = len(passes.chunk_forwards), (passes.num_completions, passes.num_positions)
         whole = original(inputs, copy.copy(signals), rows, clean_of_row, batch_size, wanted)
-        del passes.chunk_forwards[start:]
+        while len(passes.chunk_forwards) > start:
+            passes.chunk_forwards.pop()
         passes.num_completions, passes.num_positions = counts
         passes.share_prompts = share
         shared = original(inputs, signals, rows, clean_of_row, batch_size, wanted)
@@ -270,7 +271,7 @@ def main(output: str, model_dir: str, mode: str, trainer_name: str = "vepo") -> 
         "head_unshards": None if head_unshard is None else head_unshard.unshards,
         "perturbed": getattr(trainer, "num_perturbed_completions", None),
         "skipped": getattr(trainer, "num_skipped_completions", None),
-        "chunk_forwards": trainer.perturbed_pass.chunk_forwards if trainer_name == "vepo" else None,
+        "chunk_forwards": list(trainer.perturbed_pass.chunk_forwards) if trainer_name == "vepo" else None,
         **comparison,
     }
     ranks = [None] * state.num_processes

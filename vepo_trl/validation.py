@@ -497,12 +497,37 @@ COMBINATIONS: list[Combination] = [
     ),
     # vepo-trl eval: what a push and a run need
     Combination(
-        ("model", "rescore"),
-        lambda model, stored: model is not None or stored is not None,
-        lambda *_: "--model is required (or --rescore DIR to grade stored completions).",
+        ("num_samples", "temperature"),
+        lambda samples, temperature: (samples or 1) == 1 or (temperature or 0) > 0,
+        lambda samples, _: (
+            f"--num_samples {samples} with --temperature 0 draws the same greedy answer {samples} "
+            "times: give --temperature > 0 (VPPO's avg@8: --num_samples 8 --temperature 1.0)."
+        ),
+        commands=("eval",),
+        example=(8, 0.0),
+    ),
+    Combination(
+        ("model", "rescore", "compare"),
+        lambda model, stored, compared: model is not None or stored is not None or compared is not None,
+        lambda *_: "--model is required (or --rescore DIR to grade stored completions, or --compare A B).",
         commands=("eval",),
         unset=True,
-        example=(None, None),
+        example=(None, None, None),
+    ),
+    Combination(
+        ("compare", "rescore"),
+        lambda compared, stored: compared is None or stored is None,
+        lambda *_: "--compare reads two results folders and --rescore grades one: run them one after the other.",
+        commands=("eval",),
+        example=(["a", "b"], "c"),
+    ),
+    Combination(
+        ("compare",),
+        lambda compared: compared is None or len(compared) == 2,
+        lambda compared: f"--compare takes two results folders (A B), not {len(compared)}.",
+        commands=("eval",),
+        unset=True,
+        example=(["a"],),
     ),
     Combination(
         ("push_to_hub", "hub_model_id"),
@@ -919,14 +944,22 @@ def settings_reads() -> dict:
 
 
 # The commands' own options (their declarations name these)
-GENERATES = Reads(("rescore",), lambda stored: stored is None,
-                  "a run that generates (--rescore grades stored completions: no model, no generation)",
-                  ("eval-old",), (None,))  # fmt: skip
-VLLM_ENGINE = Reads(("backend", "rescore"), lambda backend, stored: backend != "transformers" and stored is None,
-                    "--backend vllm (or auto, where vLLM is installed)", ("transformers", None), ("vllm", None))  # fmt: skip
-JUDGED = Reads(("protocol",), lambda protocol: protocol != "rule", "--protocol paper or lenient (rule has no judge)",
-               ("rule",), ("paper",))  # fmt: skip
+GENERATES = Reads(("rescore", "compare"), lambda stored, compared: stored is None and compared is None,
+                  "a run that generates (--rescore grades stored completions and --compare reads two folders: no "
+                  "model, no generation)", ("eval-old", None), (None, None))  # fmt: skip
+VLLM_ENGINE = Reads(("backend", "rescore", "compare"),
+                    lambda backend, stored, compared: backend != "transformers" and stored is None and compared is None,
+                    "--backend vllm (or auto, where vLLM is installed)", ("transformers", None, None),
+                    ("vllm", None, None))  # fmt: skip
+EVALUATES = Reads(("compare",), lambda compared: compared is None,
+                  "a run that evaluates or grades (--compare only reads two folders)", (["a", "b"],), (None,))  # fmt: skip
+JUDGED = Reads(("protocol", "compare"), lambda protocol, compared: protocol != "rule" and compared is None,
+               "--protocol paper or lenient (rule has no judge; --compare reads stored verdicts)", ("rule", None),
+               ("paper", None))  # fmt: skip
 SAMPLES = Reads(("greedy",), lambda greedy: not greedy, "sampled responses (not --greedy)", (True,), (False,))
+SAMPLED_EVAL = Reads(("rescore", "compare", "temperature"),
+                     lambda stored, compared, temperature: stored is None and compared is None and (temperature or 0) > 0,
+                     "sampled generation (--temperature > 0)", (None, None, 0.0), (None, None, 1.0))  # fmt: skip
 RUNS_MODEL = Reads(("records",), lambda records: records is None, "a model run (--records renders saved records)",
                    ("records.jsonl",), (None,))  # fmt: skip
 DATA_ROW = Reads(("dataset",), lambda dataset: dataset is not None, "--dataset", (None,), ("synthetic",))

@@ -528,6 +528,9 @@ def mode_words(command: str, deciders: tuple[str, ...], values: tuple, place: Pl
             words.append(f"--{name}")
             continue
         if command != "train" and option_rule(command, name).kind in PATH_KINDS:
+            if isinstance(value, list):  # several paths (--compare A B)
+                words += [f"--{name}", *(place.good(option_rule(command, name).kind) for _ in value)]
+                continue
             value = place.good(option_rule(command, name).kind)
         words += [f"--{name}", str(value).lower() if isinstance(value, bool) else str(value)]
     return words
@@ -538,7 +541,9 @@ def base_words(command: str, deciders: tuple[str, ...], place: Place, out: Path,
     if command == "train":  # one step, unless the mode sets the step count
         steps = [] if "max_steps" in deciders else ["--max_steps", "1"]
         return ["--config", TINY_RECIPE, *steps, "--output_dir", str(out)]
-    if command == "eval":  # a model, unless the mode grades stored completions
+    if command == "eval":  # a model, unless the mode grades stored completions; --compare reads two folders only
+        if "--compare" in words:
+            return ["--benchmarks", "synthetic"]
         return ["--benchmarks", "synthetic", "--output_dir", str(out)] + ([] if "--rescore" in words else model)
     if command == "inspect":
         own_source = {"records", "image", "dataset"} & set(deciders)

@@ -149,7 +149,14 @@ def test_eval_writes_model_index_and_pushes_the_card(
     for name, result in (("geometry3k", results["Geo3K"]), ("hallusionbench", results["HalluBench"])):
         assert result.metric_value == summary["benchmarks"][name]["accuracy"]
         assert result.metric_type == "accuracy" and result.metric_name == "accuracy (rule protocol)"
-        assert result.metric_args == {"evaluated_with": "vepo-trl eval", "protocol": "rule"}
+        bench = summary["benchmarks"][name]
+        assert result.metric_args == {
+            "evaluated_with": "vepo-trl eval", "protocol": "rule", "ci95": bench["ci95"],
+            "prompt_template_sha256": bench["provenance"]["prompt_template_sha256"],
+            "decoding": "decoding=greedy, max_new_tokens=8, backend=transformers, dtype=auto",
+            "data_sha256": bench["provenance"]["data_sha256"],
+            "versions": ", ".join(f"{k} {v}" for k, v in bench["provenance"]["generation_versions"].items() if v),
+        }  # fmt: skip
         assert result.metric_config == "rule" and result.dataset_type
     # What arrived on the (stand-in) Hub is that card
     assert hub.files("tester/tiny-vepo")["README.md"] == (model / "README.md").read_bytes()

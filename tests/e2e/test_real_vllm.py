@@ -393,6 +393,30 @@ def test_eval_vllm_backend_answers_as_transformers(
     assert len(answers["vllm"]) == 8 and answers["vllm"] == answers["transformers"]
 
 
+def test_eval_vllm_backend_samples_with_a_seed_per_sample(cpu_linear_reads_weights, qwen_dir, tmp_path):
+    """`--num_samples 2 --temperature 1.0` on the real engine: each question's two samples, drawn with seeds 3 and 4
+    (vLLM's per-request seed), the same when run again; the two samples differ."""
+    import json
+
+    from vepo_trl.cli import main as cli_main
+    from vepo_trl.eval.standins import write_standins
+
+    data = str(write_standins(tmp_path / "standins"))
+    runs = []
+    for run in range(2):
+        out = tmp_path / f"sampled-{run}"
+        cli_main(["eval", "--model", qwen_dir, "--data_dir", data, "--output_dir", str(out), "--protocol", "rule",
+                  "--benchmarks", "geometry3k", "--backend", "vllm", "--dtype", "float32", "--num_samples", "2",
+                  "--temperature", "1.0", "--seed", "3", "--max_new_tokens", "8", "--min_pixels", "3136",
+                  "--max_pixels", "50176", "--no_model_card"])  # fmt: skip
+        rows = [json.loads(line) for line in (out / "geometry3k.jsonl").read_text().splitlines()]
+        runs.append({(row["id"], row["sample"]): row["completion"] for row in rows})
+        summary = json.loads((out / "summary.json").read_text())["benchmarks"]["geometry3k"]
+        assert summary["provenance"]["seeds"] == [3, 4] and summary["num_samples"] == 2
+    assert runs[0] == runs[1] and len(runs[0]) == 8
+    assert any(runs[0][(qid, 0)] != runs[0][(qid, 1)] for qid, _ in runs[0])
+
+
 def _blocked_families() -> list[str]:
     """The families the installed vLLM cannot start an engine for (`vllm_prompts.vllm_blocker` on each tiny config)."""
     if not _cpu_build_installed():

@@ -11,6 +11,7 @@ from ..eval.names import BENCHMARK_NAMES, PROTOCOL_HELP, PROTOCOLS
 from ..options import DefaultsHelpFormatter, option, parser_for
 from ..validation import (
     ALWAYS,
+    EVALUATES,
     FLAG,
     GENERATES,
     JUDGED,
@@ -18,6 +19,7 @@ from ..validation import (
     OUT_FOLDER,
     PUSHES,
     RANGES,
+    SAMPLED_EVAL,
     TEXT,
     VLLM_ENGINE,
     above,
@@ -49,11 +51,11 @@ class EvalOptions:
                              "paper's Table 1.", reads=ALWAYS, rule=TEXT, group="data")  # fmt: skip
     data_dir: str | None = option(None, "Folder with local copies, one sub-folder per benchmark (Hub parquet layout "
                                   "or NoisyRollout's eval_data).", group="data",
-                                  reads=ALWAYS, rule=path_rule("in_folder", "a folder of benchmark copies, one sub-folder per "
+                                  reads=EVALUATES, rule=path_rule("in_folder", "a folder of benchmark copies, one sub-folder per "
                                                  "benchmark"))  # fmt: skip
     limit: int | None = option(None, "Evaluate only the first N examples of each benchmark (a partial run: no "
                                "average).", group="data",
-                               reads=ALWAYS, rule=whole(at_least(1), "a whole number >= 1, or unset for every row", True))  # fmt: skip
+                               reads=EVALUATES, rule=whole(at_least(1), "a whole number >= 1, or unset for every row", True))  # fmt: skip
     min_pixels: int = option(262_144, "Images are resized to at least this many pixels.", reads=GENERATES, rule=RANGES["min_pixels"],
                              group="data")  # fmt: skip
     max_pixels: int = option(1_000_000, "Images are resized to at most this many pixels.", reads=GENERATES, rule=RANGES["max_pixels"],
@@ -61,6 +63,17 @@ class EvalOptions:
     # generation
     max_new_tokens: int = option(2048, "", reads=GENERATES, rule=whole(at_least(1), "a whole number of tokens >= 1"),
                                  group="generation")  # fmt: skip
+    num_samples: int = option(1, "Completions per question. 1 at --temperature 0 is greedy decoding, the release's "
+                              "protocol; k > 1 reports avg@k (the mean accuracy over the k samples: VPPO reports "
+                              "avg@8 at temperature 1.0) and pass@k (a right sample among the k), from the same "
+                              "graded samples.", reads=GENERATES,
+                              rule=whole(at_least(1), "a whole number of samples >= 1"), group="generation")  # fmt: skip
+    temperature: float = option(0.0, "Sampling temperature; 0 is greedy.", reads=GENERATES,
+                                rule=number(at_least(0), "0 (greedy) or above"), group="generation")  # fmt: skip
+    top_p: float = option(1.0, "Nucleus sampling's probability mass, in (0, 1].", reads=SAMPLED_EVAL,
+                          rule=number(between(0, 1, low_open=True), "in (0, 1]"), group="generation")  # fmt: skip
+    seed: int = option(0, "Sample s of every question is drawn with seed + s (both backends).", reads=SAMPLED_EVAL,
+                       rule=whole(at_least(0), "a whole number >= 0"), group="generation")  # fmt: skip
     backend: str = option("auto", "auto: vLLM when installed and running as one process, else transformers.",
                           reads=GENERATES, rule=names("auto", "vllm", "transformers"), group="generation",
                           choices=("auto", "vllm", "transformers"))  # fmt: skip
@@ -82,6 +95,11 @@ class EvalOptions:
     rescore: str | None = option(None, "Grade the completions stored in DIR again under --protocol (no model, no "
                                  "generation); every protocol's verdicts are kept per record.", group="grading",
                                  metavar="DIR", reads=ALWAYS, rule=path_rule("in_folder", "an eval results folder that exists"))  # fmt: skip
+    compare: list[str] | None = option(None, "Two results folders A B: avg@k of A minus B per benchmark, on the "
+                                       "rows both hold, with its 0.95 interval (a paired bootstrap; no model, no "
+                                       "generation). The difference is under --protocol.", group="grading",
+                                       metavar="DIR", reads=ALWAYS,
+                                       rule=path_rule("in_folder", "eval results folders that exist"))  # fmt: skip
     judge_model: str = option("gpt-4o-mini", "Judge of MathVerse, MathVision, MathVista, We-Math and MMK12 (the "
                               "paper's: gpt-4o-mini).", reads=JUDGED, rule=TEXT, group="grading")  # fmt: skip
     judge_base_url: str | None = option(None, "OpenAI-compatible endpoint (default: OpenAI's).", group="grading",
@@ -95,14 +113,14 @@ class EvalOptions:
     judge_workers: int = option(8, "Concurrent judge requests.", group="grading",
                                 reads=JUDGED, rule=whole(at_least(1), "a whole number >= 1 (concurrent judge requests)"))  # fmt: skip
     # output
-    output_dir: str | None = option(None, "Results folder (default: eval-<model folder name>).", reads=ALWAYS, rule=OUT_FOLDER,
+    output_dir: str | None = option(None, "Results folder (default: eval-<model folder name>).", reads=EVALUATES, rule=OUT_FOLDER,
                                     group="output")  # fmt: skip
     paper_model: str | None = option(None, "Paper rows to show beside the results (default: guessed from the model "
-                                     "name).", reads=ALWAYS, rule=names(*PAPER_MODELS), group="output", choices=PAPER_MODELS)  # fmt: skip
+                                     "name).", reads=EVALUATES, rule=names(*PAPER_MODELS), group="output", choices=PAPER_MODELS)  # fmt: skip
     # model card and Hub
     no_model_card: bool = option(False, "Leave the model folder's README.md as it is (by default the complete "
                                  "results are written into it as `model-index` metadata, the Hub's evaluation-results "
-                                 "format).", reads=ALWAYS, rule=FLAG, group="model card and Hub")  # fmt: skip
+                                 "format).", reads=EVALUATES, rule=FLAG, group="model card and Hub")  # fmt: skip
     push_to_hub: bool = option(False, "Push the card with the results to --hub_model_id.", reads=GENERATES, rule=FLAG,
                                group="model card and Hub")  # fmt: skip
     hub_model_id: str | None = option(None, "The Hub repo of the model (owner/name), for --push_to_hub.", reads=PUSHES, rule=TEXT,
@@ -115,7 +133,8 @@ def make_parser() -> argparse.ArgumentParser:
     return parser_for(
         EvalOptions,
         prog="vepo-trl eval",
-        description="Greedy evaluation on the paper's seven benchmarks (or a subset), with a Table-1 summary.",
+        description="Evaluation on the paper's seven benchmarks (or a subset), greedy or sampled (avg@k, pass@k), "
+        "with 95% intervals, provenance and a Table-1 summary; --compare A B sets two result folders side by side.",
         formatter_class=DefaultsHelpFormatter,
     )
 

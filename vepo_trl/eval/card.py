@@ -25,7 +25,10 @@ def eval_results(summary: dict[str, Any]) -> tuple[list, list[str]]:
 
     grading = summary["grading"]
     judge = grading.get("judge_model")
-    metric_name = f"accuracy ({grading['protocol']} protocol" + (f", judge {judge})" if judge else ")")
+    generation = summary.get("generation") or {}
+    samples = generation.get("num_samples", 1) if generation.get("decoding") == "sampled" else 1
+    kind = f"avg@{samples} accuracy" if samples > 1 else "accuracy"
+    metric_name = f"{kind} ({grading['protocol']} protocol" + (f", judge {judge})" if judge else ")")
     results, left_out = [], []
     for name, bench in summary["benchmarks"].items():
         spec = BENCHMARKS[name]
@@ -47,10 +50,30 @@ def eval_results(summary: dict[str, Any]) -> tuple[list, list[str]]:
                 metric_config=grading["protocol"],
                 # `source_name` would need a public URL of the run; the grader and judge go in the metric's args
                 metric_args={"evaluated_with": SOURCE_NAME, "protocol": grading["protocol"]}
-                | ({"judge": judge} if judge else {}),
+                | ({"judge": judge} if judge else {})
+                | _provenance_args(bench),
             )
         )
     return results, left_out
+
+
+def _provenance_args(bench: dict[str, Any]) -> dict[str, Any]:
+    """The number's interval and provenance, as model-index metric args (plain values)."""
+    origin = bench.get("provenance") or {}
+    judge = origin.get("judge") or {}
+    versions = origin.get("generation_versions") or {}
+    args = {
+        "ci95": bench.get("ci95"),
+        "pass_at_k": bench.get("pass_at_k") if bench.get("num_samples", 1) > 1 else None,
+        "judge_endpoint_host": judge.get("endpoint_host"),
+        "judge_temperature": judge.get("temperature"),
+        "prompt_template_sha256": origin.get("prompt_template_sha256"),
+        "decoding": ", ".join(f"{k}={v}" for k, v in (origin.get("decoding") or {}).items()) or None,
+        "seed": (origin.get("seeds") or {}).get("seed"),
+        "data_sha256": origin.get("data_sha256"),
+        "versions": ", ".join(f"{k} {v}" for k, v in versions.items() if v) or None,
+    }
+    return {key: value for key, value in args.items() if value is not None}
 
 
 def write_model_index(folder: Path, summary: dict[str, Any], model_name: str) -> tuple[Path, list[str]] | None:

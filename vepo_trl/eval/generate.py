@@ -1,7 +1,9 @@
-"""Greedy generation for evaluation: vLLM when installed (tensor parallel), else transformers.
+"""Generation for evaluation, greedy or sampled: vLLM when installed (tensor parallel), else transformers.
 
 Both take prompts already rendered with the processor's chat template and the prepared PIL images of each prompt,
-and return the decoded completions in input order. The transformers path runs in one process per device under
+and return the decoded completions in input order. Sampled (`temperature > 0`), each prompt's `seeds` entry makes its
+draw reproducible: vLLM seeds each request with its own (any batching gives the same answers); transformers samples a
+batch from one generator, seeded from its prompts' seeds (the same answers for the same batches). The transformers path runs in one process per device under
 `accelerate launch`; `vepo_trl.eval.run` shards the examples and gathers the completions.
 """
 
@@ -59,36 +61,44 @@ def load_model_and_processor(model_id: str, adapter: str | None = None, *, dtype
 
 
 class TransformersGenerator:
-    """Batched greedy `model.generate` with left padding."""
+    """Batched `model.generate` with left padding: greedy, or sampled at `temperature` / `top_p`."""
 
     name = "transformers"
 
-    def __init__(self, model, processor, *, max_new_tokens: int = 2048, batch_size: int = 8):
+    def __init__(self, model, processor, *, max_new_tokens: int = 2048, batch_size: int = 8, temperature: float = 0.0,
+                 top_p: float = 1.0):  # fmt: skip
         self.model, self.processor = model, processor
         self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
+        self.temperature, self.top_p = temperature, top_p
         self.processor.tokenizer.padding_side = "left"
 
+    def _decoding(self) -> dict:
+        if self.temperature > 0:
+            return {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p, "top_k": None}
+        return {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+
     @torch.no_grad()
-    def generate(self, texts: list[str], images: list[list]) -> list[str]:
+    def generate(self, texts: list[str], images: list[list], seeds: list[int] | None = None) -> list[str]:
         completions: list[str] = []
         for start in range(0, len(texts), self.batch_size):
             batch_texts = texts[start : start + self.batch_size]
             batch_images = images[start : start + self.batch_size]
+            batch_seeds = None if seeds is None else seeds[start : start + self.batch_size]
             kwargs = {"images": [list(i) for i in batch_images]} if any(batch_images) else {}
             if kwargs and not all(batch_images):
                 # The processor takes one image list per prompt; text-only prompts in a mixed batch go alone
-                completions += [c for t, i in zip(batch_texts, batch_images) for c in self.generate([t], [i])]
+                completions += [c for k, (t, i) in enumerate(zip(batch_texts, batch_images))
+                                for c in self.generate([t], [i], None if batch_seeds is None else [batch_seeds[k]])]  # fmt: skip
                 continue
+            if batch_seeds is not None and self.temperature > 0:
+                torch.manual_seed(hash_seeds(batch_seeds))
             inputs = self.processor(text=batch_texts, padding=True, return_tensors="pt", **kwargs).to(
                 self.model.device
             )
             output = self.model.generate(
                 **inputs,
                 max_new_tokens=self.max_new_tokens,
-                do_sample=False,
-                temperature=None,
-                top_p=None,
-                top_k=None,
+                **self._decoding(),
                 suppress_tokens=banned_token_ids(self.model.config, self.processor) or None,
             )
             completions += self.processor.batch_decode(
@@ -98,14 +108,16 @@ class TransformersGenerator:
 
 
 class VLLMGenerator:
-    """vLLM offline inference, greedy, tensor parallel over `tensor_parallel_size` GPUs (`vepo_trl.eval.run` picks
-    the most visible GPUs that divide the attention heads); a LoRA adapter is served as such."""
+    """vLLM offline inference, greedy or sampled, tensor parallel over `tensor_parallel_size` GPUs
+    (`vepo_trl.eval.run` picks the most visible GPUs that divide the attention heads); a LoRA adapter is served as
+    such."""
 
     name = "vllm"
 
     def __init__(self, model_id: str, adapter: str | None, *, max_new_tokens: int = 2048, max_images: int = 4,
                  dtype: str = "auto", max_model_len: int | None = None,
-                 tensor_parallel_size: int = 1, gpu_memory_utilization: float | None = None):  # fmt: skip
+                 tensor_parallel_size: int = 1, gpu_memory_utilization: float | None = None,
+                 temperature: float = 0.0, top_p: float = 1.0):  # fmt: skip
         from transformers import AutoConfig, AutoProcessor
         from vllm import LLM, SamplingParams
 
@@ -149,17 +161,31 @@ class VLLMGenerator:
         # The model's media tokens banned, as the transformers backend suppresses them (vLLM ignores the
         # checkpoint's suppress_tokens): a sampled placeholder would otherwise end a greedy answer in garbage
         banned = banned_token_ids(AutoConfig.from_pretrained(model_id), self.processor)
+        sampling = {"temperature": temperature, "top_p": top_p} if temperature > 0 else {"temperature": 0.0}
         self.params = SamplingParams(
-            temperature=0.0, max_tokens=max_new_tokens, **merge_generation_kwargs(None, banned, "vllm")
+            max_tokens=max_new_tokens, **sampling, **merge_generation_kwargs(None, banned, "vllm")
         )
 
-    def generate(self, texts: list[str], images: list[list]) -> list[str]:
+    def generate(self, texts: list[str], images: list[list], seeds: list[int] | None = None) -> list[str]:
+        params = self.params
+        if seeds is not None and params.temperature > 0:
+            params = []
+            for seed in seeds:  # each request its own seed
+                params.append(self.params.clone())
+                params[-1].seed = seed
         inputs = [
             {"prompt": text, "multi_modal_data": {"image": list(imgs)}} if imgs else {"prompt": text}
             for text, imgs in zip(texts, images)
         ]
-        outputs = self.llm.generate(inputs, self.params, lora_request=self.lora, use_tqdm=False)
+        outputs = self.llm.generate(inputs, params, lora_request=self.lora, use_tqdm=False)
         return [output.outputs[0].text for output in outputs]
+
+
+def hash_seeds(seeds: list[int]) -> int:
+    """One 63-bit seed from several (a batch's)."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(repr(list(seeds)).encode()).digest()[:8], "big") >> 1
 
 
 def _has_processor(path: str) -> bool:

@@ -98,8 +98,17 @@ def grade_records(records: list[dict], protocol: str, judge, *, workers: int = 8
     uses = any(uses_judge(protocol, r["benchmark"]) for r in todo)
     if uses and judge is None:
         raise ValueError(f"--protocol {protocol} needs a judge for {todo[0]['benchmark']}.")
+
+    def grade(record):
+        if judge is None or not hasattr(judge, "record"):
+            return grade_one(protocol, record, judge)
+        # A record whose last verdict under this protocol was a judge error asks the judge again, past its cache
+        fresh = bool((record.get("verdicts", {}).get(protocol) or {}).get("error"))
+        with judge.record(fresh=fresh):
+            return grade_one(protocol, record, judge)
+
     with ThreadPoolExecutor(max_workers=max(1, min(workers if uses else 1, len(todo)))) as pool:
-        verdicts = list(pool.map(lambda record: grade_one(protocol, record, judge), todo))
+        verdicts = list(pool.map(grade, todo))
     for record, verdict in zip(todo, verdicts):
         grader = grader_id(protocol, judge_model, record["benchmark"])
         record.setdefault("verdicts", {})[protocol] = {**verdict.as_dict(), "grader": grader}

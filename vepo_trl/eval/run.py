@@ -14,6 +14,7 @@ with another model or generation setting is refused, naming the settings that di
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -92,9 +93,12 @@ def _generation_settings(args, backend: str) -> dict[str, Any]:
     """Everything that changes a completion: one results folder holds completions of one setting only."""
     from .benchmarks import EVAL_SYSTEM_PROMPT
 
+    # Greedy keeps the keys folders have always held; a sampled protocol adds its settings
+    sampled = {"decoding": "sampled", "temperature": args.temperature, "top_p": args.top_p,
+               "num_samples": args.num_samples, "seed": args.seed} if args.temperature > 0 else {"decoding": "greedy"}  # fmt: skip
     return {
         "system_prompt": EVAL_SYSTEM_PROMPT,
-        "decoding": "greedy",
+        **sampled,
         "max_new_tokens": args.max_new_tokens,
         "min_pixels": args.min_pixels,
         "max_pixels": args.max_pixels,
@@ -115,6 +119,79 @@ def _grading_settings(args) -> dict[str, Any]:
         "grader_version": GRADER_VERSION,
         "judge_model": args.judge_model if judged else None,
         "judge_base_url": args.judge_base_url if judged else None,
+    }
+
+
+def package_versions() -> dict[str, str | None]:
+    """The versions that made a number: vepo_trl and the libraries that generate and grade."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: dict[str, str | None] = {}
+    for name in ("vepo_trl", "transformers", "trl", "vllm", "openai"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def rows_hash(examples: list[Example]) -> str:
+    """SHA-256 of the rows as read: ids, questions, golds, options and image references (a changed question, answer or
+    image name changes it; an image's pixels do not)."""
+    digest = hashlib.sha256()
+    for example in examples:
+        row = [example.id, example.text, example.gold, example.choices, example.image_refs]
+        digest.update(json.dumps(row, sort_keys=True, ensure_ascii=False, default=str).encode())
+    return digest.hexdigest()
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def provenance(manifest: dict[str, Any], grading: dict[str, Any], name: str) -> dict[str, Any]:
+    """What made a benchmark's number: the judge (model, endpoint host, temperature), the prompt template's hash, the
+    decoding settings and seeds, the rows' hash and the package versions, of the generation (kept through
+    `--rescore`) and of the grading."""
+    from urllib.parse import urlparse
+
+    from .benchmarks import EVAL_SYSTEM_PROMPT
+    from .grading import uses_judge
+    from .judge import JUDGE_PROMPT
+    from .paper import GRADER_VERSION
+
+    generation = manifest["generation"]
+    judged = uses_judge(grading["protocol"], name) and grading.get("judge_model")
+    host = (urlparse(grading.get("judge_base_url") or "https://api.openai.com/v1").hostname) if judged else None
+    sampled = generation.get("decoding") == "sampled"
+    return {
+        "judge": {
+            "model": grading["judge_model"],
+            "endpoint_host": host,
+            # the paper's procedures ask at 0 (MMK12's retries at 0.5 x attempt)
+            "temperature": 0.0,
+        }
+        if judged
+        else None,  # fmt: skip
+        "prompt_template_sha256": _sha256(f"{generation.get('prompt_version')}\n{EVAL_SYSTEM_PROMPT}"),
+        "judge_template_sha256": _sha256(f"{GRADER_VERSION}\n{JUDGE_PROMPT}") if judged else None,
+        "decoding": {
+            key: generation.get(key)
+            for key in ("decoding", "temperature", "top_p", "num_samples", "max_new_tokens", "backend", "dtype")
+            if key in generation
+        },  # fmt: skip
+        # each question's sample s drawn with `sample_seed(seed, benchmark, question id, s)`
+        "seeds": {"seed": generation["seed"], "per_sample": "sha256 of [seed, benchmark, question id, sample]"}
+        if sampled
+        else None,
+        "data_sha256": manifest.get("data_sha256", {}).get(name),
+        "source": manifest.get("sources", {}).get(name),
+        "generation_versions": manifest.get("versions"),
+        "grading": {
+            "protocol": grading["protocol"],
+            "grader_version": grading.get("grader_version"),
+            "versions": package_versions(),
+        },  # fmt: skip
     }
 
 
@@ -203,8 +280,9 @@ def tensor_parallel_size(requested: int | None, heads: list[int], kv_heads: int 
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Records of a JSONL file; a last line cut off by an interruption is removed from the file."""
+def read_records(path: Path, repair: bool = True) -> list[dict[str, Any]]:
+    """Records of a JSONL file; a last line cut off by an interruption is removed from the file (`repair`; a reader
+    of another run's folder, which may still be writing, only leaves it out)."""
     if not path.is_file():
         return []
     data = path.read_bytes()
@@ -218,7 +296,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
             logger.warning("%s: dropping a partly written last record", path)
             break
         good += len(line)
-    if good != len(data):
+    if good != len(data) and repair:
         with open(path, "r+b") as f:
             f.truncate(good)
     return records
@@ -290,30 +368,44 @@ def _prepare(example: Example, processor, args) -> tuple[str, list, str | None]:
 ROW_ERRORS = (ValueError, TypeError, IndexError, KeyError)
 
 
-def _generate_alone(generator, text: str, images: list) -> tuple[str, Exception | None]:
+def _generate_alone(generator, text: str, images: list, seeded: dict) -> tuple[str, Exception | None]:
     try:
-        return generator.generate([text], [images])[0], None
+        return generator.generate([text], [images], **seeded)[0], None
     except ROW_ERRORS as error:
         return "", error
 
 
-def generate_rows(generator, texts: list[str], images: list[list]) -> list[tuple[str, str | None]]:
+def sample_seed(seed: int, benchmark: str, question: str, sample: int) -> int:
+    """The seed of one question's sample: drawn from `--seed`, the benchmark, the question's id and the sample's
+    number, so draws are independent across questions and samples and the same on a rerun."""
+    digest = hashlib.sha256(json.dumps([seed, benchmark, question, sample]).encode()).digest()
+    return int.from_bytes(digest[:4], "big") >> 1
+
+
+def generate_rows(generator, texts: list[str], images: list[list], seeds: list[int] | None = None):
     """`(completion, error)` per row: a batch the processor or engine refuses is run again row by row, and a row
     refused alone is recorded with the reason (counted wrong) while the run goes on; when every row of a batch is
-    refused, the fault is not the rows' and the first error is raised."""
+    refused, the fault is not the rows' and the first error is raised. `seeds`: a sampled batch's, one per row."""
     if not texts:
         return []
+    seeded = {} if seeds is None else {"seeds": seeds}
     try:
-        return [(text, None) for text in generator.generate(texts, images)]
+        return [(text, None) for text in generator.generate(texts, images, **seeded)]
     except ROW_ERRORS as error:
-        rows = [_generate_alone(generator, t, i) for t, i in zip(texts, images)] if len(texts) > 1 else [("", error)]
+        rows = (
+            [_generate_alone(generator, t, i, {} if seeds is None else {"seeds": [seeds[k]]})
+             for k, (t, i) in enumerate(zip(texts, images))]
+            if len(texts) > 1
+            else [("", error)]
+        )  # fmt: skip
     if len(rows) > 1 and all(error is not None for _, error in rows):
         raise rows[0][1]
     return [(text, error and f"processor error: {type(error).__name__}: {error}") for text, error in rows]
 
 
-def make_records(bench: Benchmark, examples: list[Example], outputs: list[tuple[str, str, str | None]]):
-    """One record per example: what was asked and answered, the gold, and the rule's verdict (always computed)."""
+def make_records(bench: Benchmark, examples: list[Example], outputs: list[tuple[str, str, str | None]], sample=None):
+    """One record per example: what was asked and answered, the gold, and the rule's verdict (always computed);
+    `sample`: which of a sampled protocol's completions (`--num_samples`), recorded as `sample`."""
     from .grading import rule_grade
 
     records = []
@@ -322,6 +414,7 @@ def make_records(bench: Benchmark, examples: list[Example], outputs: list[tuple[
         records.append(
             {
                 "id": example.id,
+                **({} if sample is None else {"sample": sample}),
                 "benchmark": bench.name,
                 "prompt": prompt,
                 "images": example.image_refs,
@@ -375,6 +468,26 @@ def _engine_or_fallback(args, backend: str, model_id: str) -> str:
     raise UsageError(f"--backend vllm: {reason}. Pass --backend transformers.")
 
 
+def _write_records(bench, chunk, outputs, sample, state, args, judge, path: Path) -> None:
+    """The main process grades a generated chunk (the rule always, the protocol where it can) and appends it."""
+    if not state.is_main_process:
+        return
+    from .grading import grade_records
+
+    records = make_records(bench, chunk, [o[1:] for o in outputs], sample)
+    grade_records(records, "rule", None)  # cheap, and always beside the protocol's verdict
+    try:
+        grade_records(records, args.protocol, judge, workers=args.judge_workers)
+    except Exception as error:  # noqa: BLE001 - the completions are written all the same
+        logger.warning("%s: grading failed (%s: %s); the completions are kept and graded at the end",
+                       bench.name, type(error).__name__, error)  # fmt: skip
+    with open(path, "a", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def _make_generator(args, backend: str, model_id: str, adapter: str | None, state):
     from .generate import TransformersGenerator, VLLMGenerator, load_model_and_processor
 
@@ -386,15 +499,17 @@ def _make_generator(args, backend: str, model_id: str, adapter: str | None, stat
                                   torch.cuda.device_count())  # fmt: skip
         return VLLMGenerator(model_id, adapter, max_new_tokens=args.max_new_tokens, dtype=args.dtype,
                              max_model_len=args.max_model_len, tensor_parallel_size=tp,
-                             gpu_memory_utilization=args.gpu_memory_utilization)  # fmt: skip
+                             gpu_memory_utilization=args.gpu_memory_utilization, temperature=args.temperature,
+                             top_p=args.top_p)  # fmt: skip
     args.batch_size = args.batch_size or 8
     model, processor = load_model_and_processor(model_id, adapter, dtype=args.dtype, device=state.device)
-    generator = TransformersGenerator(model, processor, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+    generator = TransformersGenerator(model, processor, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+                                      temperature=args.temperature, top_p=args.top_p)  # fmt: skip
     generator.processor = processor
     return generator
 
 
-def make_judge(args, benches: list[Benchmark]):
+def make_judge(args, benches: list[Benchmark], output_dir: Path | None = None):
     """The judge the protocol needs for `benches` (None when it needs none), checked reachable: a paper run without
     its judge stops here, in one line, before any data or model loads."""
     from .grading import uses_judge
@@ -402,12 +517,14 @@ def make_judge(args, benches: list[Benchmark]):
     needing = [bench.name for bench in benches if uses_judge(args.protocol, bench.name)]
     if not needing:
         return None
-    from .judge import LLMJudge
+    from .judge import JUDGE_CACHE, JudgeCache, LLMJudge
 
+    # Every request and reply kept in the results folder: a rerun, a resumed run or --rescore pays for new ones only
+    cache = JudgeCache(output_dir / JUDGE_CACHE) if output_dir is not None else None
     try:
         judge = LLMJudge(args.judge_model, base_url=args.judge_base_url, api_key_env=args.judge_api_key_env,
                          timeout=args.judge_timeout, max_retries=args.judge_max_retries,
-                         workers=args.judge_workers)  # fmt: skip
+                         workers=args.judge_workers, cache=cache)  # fmt: skip
     except ValueError as err:  # no key in the environment, or no openai client
         raise UsageError(f"--protocol {args.protocol} judges {', '.join(needing)}: {err} Or pass --protocol rule "
                              "(no judge; not the paper's numbers).") from None  # fmt: skip
@@ -439,18 +556,25 @@ def summarize_folder(
 ) -> dict[str, Any]:
     """The summary of everything in the folder under `args.protocol`; written to summary.json / summary.md, and
     printed for `shown` benchmarks only where given (a `--rescore --benchmarks` run prints what it graded)."""
-    from .table import paper_rows_for, render_markdown, summarize_benchmark, table_row
+    from .stats import bench_seed, bootstrap_means, interval
+    from .table import paper_rows_for, render_markdown, sample_rows, summarize_benchmark, table_row
 
-    summaries = {}
+    summaries, draws = {}, {}
+    num_samples = manifest["generation"].get("num_samples", 1)
+    grading = _grading_settings(args)
     for name in [*PAPER_BENCHMARKS, *(n for n in BENCHMARKS if n not in PAPER_BENCHMARKS)]:
         records = read_records(output_dir / f"{name}.jsonl")
         if records:
-            summaries[name] = summarize_benchmark(name, records, manifest.get("totals", {}).get(name), args.protocol)
+            summaries[name] = summarize_benchmark(name, records, manifest.get("totals", {}).get(name), args.protocol,
+                                                  num_samples=num_samples)  # fmt: skip
+            summaries[name]["provenance"] = provenance(manifest, grading, name)
+            rows = list(sample_rows(records, args.protocol).values())
+            if rows:
+                draws[name] = bootstrap_means(rows, seed=bench_seed(name))
     paper_model, paper = paper_rows_for(args.paper_model, manifest.get("base_model_arg"), manifest.get("model_arg"),
                                         manifest.get("model"))  # fmt: skip
     from .grading import uses_judge
 
-    grading = _grading_settings(args)
     if not any(uses_judge(args.protocol, name) for name in summaries):
         # No benchmark here went to the judge (a synthetic or rule-graded run): the summary names none
         grading.update(judge_model=None, judge_base_url=None)
@@ -466,6 +590,10 @@ def summarize_folder(
         "table": {
             "columns": [BENCHMARKS[name].title for name in PAPER_BENCHMARKS] + ["Avg."],
             "this_run": table_row(summaries),
+            # The average's interval: each benchmark's rows drawn on their own, the seven accuracies averaged
+            "average_ci95": [round(100 * v, 2) for v in interval(sum(draws[n] for n in PAPER_BENCHMARKS) / 7)]
+            if table_row(summaries)[-1] is not None
+            else None,
             "paper_model": paper_model,
             "paper": {method: list(values) for method, values in paper.items()} if args.protocol == "paper" else {},
         },
@@ -523,7 +651,7 @@ def rescore(args) -> dict[str, Any]:
             if first and "judge_question" not in first[0]:
                 raise UsageError(f"--rescore: {bench.name}'s records predate stored judge questions; "
                                      "generate them again into a new --output_dir.")  # fmt: skip
-    judge = make_judge(args, present)
+    judge = make_judge(args, present, output_dir)
     manifest = json.loads((output_dir / MANIFEST).read_text())
     if "generation" not in manifest:
         manifest["generation"] = {k: v for k, v in manifest.get("protocol", {}).items() if not k.startswith("judge_")}
@@ -533,6 +661,71 @@ def rescore(args) -> dict[str, Any]:
     (output_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     shown = None if args.benchmarks == "all" else [b.name for b in present]
     return summarize_folder(output_dir, manifest, args, time.perf_counter() - start, shown)
+
+
+def compare(args) -> dict[str, Any]:
+    """`--compare A B`: avg@k of A minus B per benchmark on the questions both hold, under `--protocol`, with a paired
+    bootstrap interval; their average over the benchmarks compared. Printed as markdown; returned as a dict."""
+    from .stats import bench_seed, interval, paired_difference
+    from .table import sample_rows
+
+    folders = [Path(folder) for folder in args.compare]
+    for folder in folders:
+        if not (folder / MANIFEST).is_file():
+            raise UsageError(f"--compare {folder}: no {MANIFEST} there (not a `vepo-trl eval` results folder).")
+    wanted = None if args.benchmarks == "all" else {bench.name for bench in _benchmarks_and_push(args)}
+    names = [n for n in BENCHMARKS if (wanted is None or n in wanted)
+             and all((folder / f"{n}.jsonl").is_file() for folder in folders)]  # fmt: skip
+    if not names:
+        raise UsageError(f"--compare: {folders[0]} and {folders[1]} hold no benchmark in common.")
+    manifests = [json.loads((folder / MANIFEST).read_text()) for folder in folders]
+    rows, skipped, notes = {}, [], []
+    for name in names:
+        hashes = [manifest.get("data_sha256", {}).get(name) for manifest in manifests]
+        if None not in hashes and hashes[0] != hashes[1]:
+            raise UsageError(f"--compare: {name} was read from other rows in each folder (rows sha256 "
+                             f"{hashes[0][:12]} and {hashes[1][:12]}): the same ids are not the same questions.")  # fmt: skip
+        records = [read_records(folder / f"{name}.jsonl", repair=False) for folder in folders]
+        judges = [{((r.get("verdicts", {}).get(args.protocol) or {}).get("grader") or {}).get("judge") for r in rs}
+                  for rs in records]  # fmt: skip
+        if judges[0] != judges[1]:
+            notes.append(f"{BENCHMARKS[name].title}: graded by {sorted(map(str, judges[0]))} in A and "
+                         f"{sorted(map(str, judges[1]))} in B")  # fmt: skip
+        a, b = (sample_rows(found, args.protocol) for found in records)
+        result = paired_difference(a, b, seed=bench_seed(name))
+        if result["rows"] == 0:
+            skipped.append(name)
+            continue
+        rows[name] = result
+    if not rows:
+        raise UsageError(f"--compare: no question of {', '.join(names)} is graded under --protocol {args.protocol} "
+                         "in both folders (--rescore them under that protocol first).")  # fmt: skip
+    out: dict[str, Any] = {"a": str(folders[0]), "b": str(folders[1]), "protocol": args.protocol, "benchmarks": {}}
+    lines = [f"# vepo-trl eval --compare: {folders[0]} minus {folders[1]} (`--protocol {args.protocol}`)", "",
+             "| Benchmark | Questions in both | A - B | 95% interval |", "|---|---:|---:|---|"]  # fmt: skip
+    for name, result in rows.items():
+        cells = {key: round(100 * result[key], 2) for key in ("difference", "low", "high")}
+        out["benchmarks"][name] = {"questions": result["rows"], **cells}
+        lines.append(f"| {BENCHMARKS[name].title} | {result['rows']} | {cells['difference']:+.2f} | "
+                     f"[{cells['low']:+.2f}, {cells['high']:+.2f}] |")  # fmt: skip
+    if len(rows) > 1:
+        draws = sum(result["draws"] for result in rows.values()) / len(rows)
+        low, high = interval(draws)
+        average = sum(result["difference"] for result in rows.values()) / len(rows)
+        out["average"] = {
+            "difference": round(100 * average, 2),
+            "low": round(100 * low, 2),
+            "high": round(100 * high, 2),
+        }
+        lines.append(f"| Avg. of these | | {100 * average:+.2f} | [{100 * low:+.2f}, {100 * high:+.2f}] |")
+    lines += ["", "An interval that holds 0 is no evidence of a difference on these questions. Paired: both folders' "
+              "rows drawn together, each question's samples drawn within its folder."]  # fmt: skip
+    if skipped:
+        lines.append(f"Not compared (no graded question in both): {', '.join(skipped)}.")
+    if notes:
+        lines.append("Other judges, so part of a difference may be theirs: " + "; ".join(notes) + ".")
+    print("\n".join(lines))
+    return out
 
 
 def run(args) -> dict[str, Any]:
@@ -551,6 +744,8 @@ def run(args) -> dict[str, Any]:
         check_combinations(vars(args), command="eval")
     except ValueError as error:
         raise UsageError(str(error)) from None
+    if getattr(args, "compare", None):
+        return compare(args)
     if args.rescore is not None:
         return rescore(args)
     # -- usage checks: all before data or model loading ------------------------------------------------------------
@@ -570,7 +765,8 @@ def run(args) -> dict[str, Any]:
         raise EvalDataError(f"{len(missing)} benchmarks cannot load ({names}): {' | '.join(missing)}")
     state = PartialState()
     backend = _resolve_backend(args, state)
-    judge = make_judge(args, benches)  # on every process: one that stopped alone would leave the others waiting
+    # on every process: one that stopped alone would leave the others waiting
+    judge = make_judge(args, benches, output_dir)
     model_id, adapter = resolve_adapter(args.model, args.adapter, args.base_model)
     backend = _engine_or_fallback(args, backend, model_id)
     manifest = {
@@ -591,7 +787,10 @@ def run(args) -> dict[str, Any]:
     with state.main_process_first():
         for bench in benches:
             examples[bench.name] = bench.load_examples(args.data_dir, limit=args.limit)
+    manifest.setdefault("versions", package_versions())  # a resumed run keeps the first generation's
     for name, loaded in examples.items():
+        if args.limit is None or name not in manifest.get("data_sha256", {}):
+            manifest.setdefault("data_sha256", {})[name] = rows_hash(loaded)
         previous = manifest.get("totals", {}).get(name)
         # A full run completes a folder that a --limit run started; a --limit run never shrinks a full one
         if args.limit is None or not isinstance(previous, dict) or previous.get("limit") is not None:
@@ -606,41 +805,35 @@ def run(args) -> dict[str, Any]:
         (output_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
 
     # -- generate, append; grading follows over the whole folder ---------------------------------------------------
-    from .grading import grade_records
 
     chunk_size = args.batch_size * state.num_processes
+    # Sampled: each question's samples 0..k-1, each drawn with its own seed (`sample_seed`); greedy: one record, no
+    # sample number
+    samples = list(range(args.num_samples)) if args.temperature > 0 else [None]
     for bench in benches:
         path = output_dir / f"{bench.name}.jsonl"
         done = [None]
         if state.is_main_process:
-            done = [{record["id"] for record in read_records(path)}]
+            done = [{(record["id"], record.get("sample")) for record in read_records(path)}]
         done = broadcast_object_list(done)[0]
-        todo = [example for example in examples[bench.name] if example.id not in done]
-        bar = tqdm(total=len(examples[bench.name]), initial=len(examples[bench.name]) - len(todo), desc=bench.name,
-                   disable=not state.is_main_process)  # fmt: skip
+        todo = [(example, s) for s in samples for example in examples[bench.name] if (example.id, s) not in done]
+        total = len(examples[bench.name]) * len(samples)
+        bar = tqdm(total=total, initial=total - len(todo), desc=bench.name, disable=not state.is_main_process)
         for begin in range(0, len(todo), chunk_size):
-            chunk = todo[begin : begin + chunk_size]
-            mine = list(range(state.process_index, len(chunk), state.num_processes))
-            prepared = [_prepare(chunk[i], generator.processor, args) for i in mine]
-            usable = [k for k, (_, _, error) in enumerate(prepared) if error is None]
-            generated = dict(zip(usable, generate_rows(generator, [prepared[k][0] for k in usable],
-                                                       [prepared[k][1] for k in usable])))  # fmt: skip
-            outputs = [(i, p[0], *generated.get(k, ("", p[2]))) for k, (i, p) in enumerate(zip(mine, prepared))]
-            outputs = sorted(gather_object(outputs))
-            if state.is_main_process:
-                records = make_records(bench, chunk, [o[1:] for o in outputs])
-                grade_records(records, "rule", None)  # cheap, and always beside the protocol's verdict
-                try:
-                    grade_records(records, args.protocol, judge, workers=args.judge_workers)
-                except Exception as error:  # noqa: BLE001 - the completions are written all the same
-                    logger.warning("%s: grading failed (%s: %s); the completions are kept and graded at the end",
-                                   bench.name, type(error).__name__, error)  # fmt: skip
-                with open(path, "a", encoding="utf-8") as f:
-                    for record in records:
-                        f.write(json.dumps(record, ensure_ascii=False) + "\n")
-                    f.flush()
-                    os.fsync(f.fileno())
-            bar.update(len(chunk))
+            chunk_samples = todo[begin : begin + chunk_size]
+            for sample in dict.fromkeys(s for _, s in chunk_samples):  # one seed per generate call
+                chunk = [example for example, s in chunk_samples if s == sample]
+                mine = list(range(state.process_index, len(chunk), state.num_processes))
+                prepared = [_prepare(chunk[i], generator.processor, args) for i in mine]
+                usable = [k for k, (_, _, error) in enumerate(prepared) if error is None]
+                seeds = None if sample is None else [sample_seed(args.seed, bench.name, chunk[mine[k]].id, sample)
+                                                     for k in usable]  # fmt: skip
+                generated = dict(zip(usable, generate_rows(generator, [prepared[k][0] for k in usable],
+                                                           [prepared[k][1] for k in usable], seeds)))  # fmt: skip
+                outputs = [(i, p[0], *generated.get(k, ("", p[2]))) for k, (i, p) in enumerate(zip(mine, prepared))]
+                outputs = sorted(gather_object(outputs))
+                _write_records(bench, chunk, outputs, sample, state, args, judge, path)
+            bar.update(len(chunk_samples))
         bar.close()
     state.wait_for_everyone()
 

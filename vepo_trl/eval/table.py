@@ -81,12 +81,38 @@ def _scored_by(name: str, protocol: str, judge: str | None) -> str:
     return "rule"
 
 
+def sample_rows(records: Sequence[Mapping[str, Any]], protocol: str) -> dict[str, list[bool]]:
+    """`{question id: its samples' verdicts under protocol}` over the graded records the accuracy counts (one verdict
+    a question when greedy; under `paper`, no row that could not be evaluated, as the release skips them)."""
+    rows: dict[str, list[bool]] = {}
+    for index, record in enumerate(records):
+        if protocol == "paper" and record.get("error"):
+            continue
+        verdict = _verdict(record, protocol) or {}
+        if verdict.get("correct") is not None:
+            rows.setdefault(record.get("id", index), []).append(bool(verdict["correct"]))
+    return rows
+
+
 def summarize_benchmark(name: str, records: Sequence[Mapping[str, Any]], expected: Any, protocol: str = "rule",
-                        judge: str | None = None) -> dict[str, Any]:  # fmt: skip
+                        judge: str | None = None, num_samples: int = 1) -> dict[str, Any]:  # fmt: skip
     """Accuracies of one benchmark's records under `protocol` (percent, 2 decimals), and every protocol's accuracy
-    where the records hold its verdicts. Rows without a verdict (a judge that failed) make the benchmark incomplete."""
+    where the records hold its verdicts. Rows without a verdict (a judge that failed) make the benchmark incomplete.
+
+    Sampled (`num_samples` k > 1), the records hold k per question: the accuracy is avg@k (`avg_at_k`), `pass_at_k`
+    the share of questions with a right sample; `ci95` is avg@k's 95% bootstrap interval (`eval.stats`); the official
+    secondary metrics read sample 0."""
+    from .stats import avg_at_k, bench_seed, bootstrap_means, interval, pass_at_k
+
     bench = BENCHMARKS[name]
     total, limit = _expected(expected)
+    questions = len({r.get("id", index) for index, r in enumerate(records)})
+    if num_samples > 1:
+        first = [r for r in records if r.get("sample", 0) == 0]
+        short = sum(1 for count in _sample_counts(records).values() if count < num_samples)
+    else:
+        first, short = records, 0
+    first_ids = {id(r) for r in first}
     # A row that could not be evaluated (an unreadable image, one the processor refuses): the release's
     # prepare_prompts skips it, so the paper protocol leaves it out of the accuracy; the others count it wrong
     left_out = [r for r in records if r.get("error")] if protocol == "paper" else []
@@ -97,9 +123,10 @@ def summarize_benchmark(name: str, records: Sequence[Mapping[str, Any]], expecte
     judges = {(_verdict(r, protocol).get("grader") or {}).get("judge") for r in graded} - {None}
     # A local copy with fewer rows than the split the paper evaluated is a partial result, like a --limit run
     truncated = bench.paper_rows is not None and total is not None and total < bench.paper_rows
+    rows = list(sample_rows(records, protocol).values())
     summary: dict[str, Any] = {
         "title": bench.title,
-        "examples": len(records),
+        "examples": questions,
         "expected": total,
         "paper_rows": bench.paper_rows,
         "limit": limit,
@@ -108,9 +135,18 @@ def summarize_benchmark(name: str, records: Sequence[Mapping[str, Any]], expecte
         "unjudged": unjudged,
         "unusable": sum(1 for r in records if r.get("error")),
         "unusable_left_out": len(left_out),
-        "complete": limit is None and not truncated and total is not None and len(records) >= total and unjudged == 0,
+        "complete": limit is None
+        and not truncated
+        and total is not None
+        and questions >= total
+        and unjudged == 0
+        and short == 0,
         "protocol": protocol,
-        "accuracy": _pct(_mean(correct)),
+        "num_samples": num_samples,
+        "accuracy": _pct(avg_at_k(rows)) if rows else None,
+        "avg_at_k": _pct(avg_at_k(rows)) if rows else None,
+        "pass_at_k": _pct(pass_at_k(rows)) if rows else None,
+        "ci95": [_pct(value) for value in interval(bootstrap_means(rows, seed=bench_seed(name)))] if rows else None,
         "correct": sum(correct),
         "scored_by": _scored_by(name, protocol, judge or next(iter(judges), None)),
         "rule_accuracy": _pct(_mean([bool(r["rule_correct"]) for r in records])),
@@ -135,8 +171,10 @@ def summarize_benchmark(name: str, records: Sequence[Mapping[str, Any]], expecte
         }
     if categories:
         summary["categories"] = categories
+    if short:
+        summary["missing_samples"] = short
     if not unjudged:
-        scored = [{**r, "correct": value} for r, value in zip(graded, correct)]
+        scored = [{**r, "correct": value} for r, value in zip(graded, correct) if id(r) in first_ids]
         summary["metrics"] = {key: _pct(value) for key, value in bench.extra_metrics(scored).items()}
         # The official secondary metric reads this protocol's verdicts and extractions
         scored = [{**r, "extracted": _verdict(r, protocol).get("extracted")} for r in scored]
@@ -148,6 +186,49 @@ def summarize_benchmark(name: str, records: Sequence[Mapping[str, Any]], expecte
         elif official is not None:
             summary["official"] = {"protocol": protocol, **_pct_official(official)}
     return summary
+
+
+def _sample_counts(records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for index, record in enumerate(records):
+        counts[record.get("id", index)] = counts.get(record.get("id", index), 0) + 1
+    return counts
+
+
+def interval_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Each benchmark's accuracy with its 95% interval (avg@k and pass@k when sampled), and what made it."""
+    benches = summary["benchmarks"]
+    if not benches:
+        return []
+    lines = ["Intervals (95%, bootstrap over questions and, when sampled, over each question's samples) and "
+             "provenance:", ""]  # fmt: skip
+    for bench in benches.values():
+        if bench.get("ci95") is None:
+            continue
+        low, high = bench["ci95"]
+        k = bench.get("num_samples", 1)
+        head = f"avg@{k} {_cell(bench['avg_at_k'])}, pass@{k} {_cell(bench['pass_at_k'])}" if k > 1 else (
+            f"accuracy {_cell(bench['accuracy'])}")  # fmt: skip
+        origin = bench.get("provenance") or {}
+        judge = origin.get("judge")
+        graded = (
+            f"judge {judge['model']} at {judge['endpoint_host']} (temperature {judge['temperature']})"
+            if judge
+            else "no judge"
+        )
+        data = (origin.get("data_sha256") or "?")[:12]
+        lines.append(f"- {bench['title']}: {head} [{_cell(low)}, {_cell(high)}]; {graded}; rows sha256 {data}")
+    average = summary["table"].get("average_ci95")
+    if average:
+        lines.append(f"- Avg.: {_cell(summary['table']['this_run'][-1])} [{_cell(average[0])}, {_cell(average[1])}]")
+    origin = next((b["provenance"] for b in benches.values() if b.get("provenance")), None)
+    if origin:
+        versions = origin.get("generation_versions") or {}
+        graded = origin["grading"]["versions"]
+        lines += ["", "Made with " + ", ".join(f"{k} {v}" for k, v in versions.items() if v) + "; graded with "
+                  + ", ".join(f"{k} {v}" for k, v in graded.items() if v) + f". Prompt template sha256 "
+                  f"{origin['prompt_template_sha256'][:12]}."]  # fmt: skip
+    return lines
 
 
 def _pct_official(official: Mapping[str, Any]) -> dict[str, Any]:
@@ -255,6 +336,11 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         if bench.get("unusable"):
             how = "left out, as the release skips them" if bench.get("unusable_left_out") else "counted wrong"
             notes.append(f"{bench['unusable']} rows that could not be evaluated (image or processor), {how}")
+        if bench.get("missing_samples"):
+            notes.append(f"INCOMPLETE: {bench['missing_samples']} questions hold fewer than {bench['num_samples']} "
+                         "samples (a rerun draws the rest)")  # fmt: skip
+        if bench.get("num_samples", 1) > 1 and bench.get("official"):
+            notes.append("official metric from sample 0")
         if bench.get("partial") and bench.get("limit") is not None:
             notes.append(f"partial (--limit {bench['limit']})")
         elif bench.get("truncated"):
@@ -274,10 +360,15 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         for field, groups in bench.get("categories", {}).items():
             cells = ", ".join(f"{value} {_cell(g['accuracy'])} ({g['examples']})" for value, g in groups.items())
             lines.append(f"- {bench['title']} by `{field}`: {cells}")
+    lines += ["", *interval_lines(summary)]
     generation, grading = summary["generation"], summary["grading"]
+    decoding = "greedy"
+    if generation.get("decoding") == "sampled":
+        decoding = (f"{generation['num_samples']} samples per question at temperature {generation['temperature']}, "
+                    f"top_p {generation['top_p']}, each sample's seed drawn from --seed {generation['seed']} and the question")  # fmt: skip
     lines += [
         "",
-        f"Generation: greedy, up to {generation['max_new_tokens']} new tokens, the release's evaluation system prompt, "
+        f"Generation: {decoding}, up to {generation['max_new_tokens']} new tokens, the release's evaluation system prompt, "
         f"images resized to [{generation['min_pixels']:,}, {generation['max_pixels']:,}] pixels; backend "
         f"{generation.get('backend', '?')}, dtype {generation.get('dtype', '?')}. Grading: {protocol} "
         f"(grader version {grading['grader_version']}), judge {grading.get('judge_model') or 'none'}. The Rule / "

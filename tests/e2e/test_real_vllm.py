@@ -394,8 +394,8 @@ def test_eval_vllm_backend_answers_as_transformers(
 
 
 def test_eval_vllm_backend_samples_with_a_seed_per_sample(cpu_linear_reads_weights, qwen_dir, tmp_path):
-    """`--num_samples 2 --temperature 1.0` on the real engine: each question's two samples, drawn with seeds 3 and 4
-    (vLLM's per-request seed), the same when run again; the two samples differ."""
+    """`--num_samples 2 --temperature 1.0` on the real engine: each question's two samples, each request with its own
+    seed drawn from `--seed 3` (vLLM's per-request seed), the same when run again; the two samples differ."""
     import json
 
     from vepo_trl.cli import main as cli_main
@@ -412,7 +412,7 @@ def test_eval_vllm_backend_samples_with_a_seed_per_sample(cpu_linear_reads_weigh
         rows = [json.loads(line) for line in (out / "geometry3k.jsonl").read_text().splitlines()]
         runs.append({(row["id"], row["sample"]): row["completion"] for row in rows})
         summary = json.loads((out / "summary.json").read_text())["benchmarks"]["geometry3k"]
-        assert summary["provenance"]["seeds"] == [3, 4] and summary["num_samples"] == 2
+        assert summary["provenance"]["seeds"]["seed"] == 3 and summary["num_samples"] == 2
     assert runs[0] == runs[1] and len(runs[0]) == 8
     assert any(runs[0][(qid, 0)] != runs[0][(qid, 1)] for qid, _ in runs[0])
 

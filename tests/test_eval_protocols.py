@@ -59,6 +59,8 @@ def test_sampled_protocol_reports_avg_and_pass_at_k_with_intervals_and_provenanc
     assert bench["num_samples"] == 3 and bench["examples"] == 32
     assert bench["avg_at_k"] == bench["accuracy"] == pytest.approx(100 / 6, abs=0.01)
     assert bench["pass_at_k"] == 50.0
+    # Categories count questions, each its samples' mean
+    assert sum(group["examples"] for group in bench["categories"]["kind"].values()) == 32
     low, high = bench["ci95"]
     assert low < bench["avg_at_k"] < high and high - low < 30
     origin = bench["provenance"]

@@ -163,11 +163,14 @@ def summarize_benchmark(name: str, records: Sequence[Mapping[str, Any]], expecte
     summary["judge_errors"] = sum(1 for e in errors if e)
     categories: dict[str, dict[str, dict[str, Any]]] = {}
     for field in bench.category_fields:
-        groups: dict[str, list[bool]] = {}
-        for record, value in zip(graded, correct):
-            groups.setdefault(record["categories"].get(field, "unknown"), []).append(value)
+        # Per question (its samples' mean when sampled), so a category's count is its questions
+        groups: dict[str, dict[Any, list[bool]]] = {}
+        for index, (record, value) in enumerate(zip(graded, correct)):
+            questions = groups.setdefault(record["categories"].get(field, "unknown"), {})
+            questions.setdefault(record.get("id", index), []).append(value)
         categories[field] = {
-            value: {"examples": len(v), "accuracy": _pct(_mean(v))} for value, v in sorted(groups.items())
+            value: {"examples": len(rows), "accuracy": _pct(_mean([_mean(v) for v in rows.values()]))}
+            for value, rows in sorted(groups.items())
         }
     if categories:
         summary["categories"] = categories

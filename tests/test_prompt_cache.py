@@ -80,6 +80,17 @@ def _batch(trainer):
     return trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
 
 
+def _clean_side(trainer, inputs):
+    """The clean forward's log-probs, entropies and completion states, the valid tokens and the rows to score (an
+    image and a valid token)."""
+    with torch.no_grad(), trainer.perturbed_pass.capture(trainer.model) as captured:
+        logps, entropies, _ = trainer.selection_pipeline.batch_forward(trainer.model, inputs, scoring=True)
+    length = inputs["completion_ids"].size(1)
+    hidden = torch.cat(captured)[:, -length - 1 : -1]
+    valid = inputs["completion_mask"].bool()
+    return logps, entropies, hidden, valid, has_image(inputs) & valid.any(-1)
+
+
 def _signals_both_ways(trainer, inputs, batch_size=None, monkeypatch=None):
     """The perturbed pass's signals and the mask, with each prompt read once and with every row's whole sequence, in
     chunks of `batch_size` rows (all by default). With `monkeypatch`, the prompts are read once whatever the memory
@@ -87,13 +98,7 @@ def _signals_both_ways(trainer, inputs, batch_size=None, monkeypatch=None):
     pipeline, perturbed = trainer.selection_pipeline, trainer.perturbed_pass
     if monkeypatch is not None:
         monkeypatch.setattr("vepo_trl.prompt_cache.continuation_rows", lambda widths, *, rows, **shape: rows)
-    model = trainer.model
-    with torch.no_grad(), perturbed.capture(model) as captured:
-        logps, entropies, _ = pipeline.batch_forward(model, inputs, scoring=True)
-    length = inputs["completion_ids"].size(1)
-    hidden = torch.cat(captured)[:, -length - 1 : -1]
-    valid = inputs["completion_mask"].bool()
-    rows = has_image(inputs) & valid.any(-1)
+    logps, entropies, hidden, valid, rows = _clean_side(trainer, inputs)
     out = {}
     for shared in (True, False):
         perturbed.share_prompts = shared
@@ -363,12 +368,7 @@ def test_every_process_runs_the_forwards_of_the_one_that_needs_most(tiny_dirs, t
         return torch.cat([tensor, torch.tensor([theirs])])
 
     monkeypatch.setattr(trainer.accelerator, "gather", gather)
-    with torch.no_grad(), passes.capture(trainer.model) as captured:
-        logps, entropies, _ = trainer.selection_pipeline.batch_forward(trainer.model, inputs, scoring=True)
-    length = inputs["completion_ids"].size(1)
-    hidden = torch.cat(captured)[:, -length - 1 : -1]
-    valid = inputs["completion_mask"].bool()
-    rows = has_image(inputs) & valid.any(-1)
+    logps, entropies, hidden, valid, rows = _clean_side(trainer, inputs)
     out = {}
     for shared in (True, False):
         passes.share_prompts = shared

@@ -25,6 +25,7 @@ from .prompt_cache import (
     continuation_forwards,
     memory_widths,
     prompt_groups,
+    returned_cache,
     row_groups,
     shareable,
     shared_prompt_hidden,
@@ -239,7 +240,7 @@ class PerturbedPass:
             shared = slices is not None and self.share_prompts
             # The dummy prefill keeps a cache too: a model that returns none switches every process to whole sequences
             out = self.dummy_forward(model, use_cache=shared)
-            if shared and (getattr(out, "cache", None) or getattr(out, "past_key_values", None)) is None:
+            if shared and returned_cache(out) is None:
                 self.share_prompts = shared = False
                 self.dummy_forward(model)
             for _ in range(slices if shared else 0):

@@ -28,7 +28,7 @@ def prompt_groups(input_ids, attention_mask, length: int, inputs: dict[str, Any]
     is its own group unless every prompt mask is left padding (one unbroken run of tokens)."""
     prompt_length = input_ids.size(1) - length
     mask = attention_mask[:, :prompt_length].bool()
-    if not bool((mask.flip(1).cumprod(1).sum(1) == mask.sum(1)).all()):
+    if not left_padded(mask):
         return [[row] for row in range(input_ids.size(0))]
     prompts = [input_ids[:, :prompt_length], mask.to(input_ids.dtype)]
     prompts += [inputs[key][:, :prompt_length].to(input_ids) for key in ROW_KEYS if inputs.get(key) is not None]
@@ -46,6 +46,16 @@ def prompt_groups(input_ids, attention_mask, length: int, inputs: dict[str, Any]
         else:
             groups.append([row])
     return groups
+
+
+def left_padded(mask: torch.Tensor) -> bool:
+    """Whether every row of a `(n, P)` boolean mask is one unbroken run of tokens at its end (left padding)."""
+    return bool((mask.flip(1).cumprod(1).sum(1) == mask.sum(1)).all())
+
+
+def returned_cache(output):
+    """The cache a forward returned (`cache` in transformers 5.x, `past_key_values` before), or None."""
+    return getattr(output, "cache", None) or getattr(output, "past_key_values", None)
 
 
 def row_groups(batch) -> dict[int, int]:
@@ -122,8 +132,11 @@ def shareable(input_ids, attention_mask, length: int, inputs: dict[str, Any], im
     column a token, whose state predicts completion token 0) and no completion holds an image."""
     prompt_length = input_ids.size(1) - length
     mask = attention_mask[:, :prompt_length].bool()
-    left_padded = bool((mask.flip(1).cumprod(1).sum(1) == mask.sum(1)).all()) and bool(mask[:, -1].all())
-    return left_padded and not completions_hold_images(input_ids, length, inputs, image_token_ids)
+    return (
+        left_padded(mask)
+        and bool(mask[:, -1].all())
+        and not completions_hold_images(input_ids, length, inputs, image_token_ids)
+    )
 
 
 def memory_widths(decoder: torch.nn.Module, hidden_size: int) -> tuple[int, int]:
@@ -271,7 +284,7 @@ def shared_prompt_hidden(
             use_cache=True,
         )
     last = captured[-1][:, -1]
-    cache = getattr(prompt_out, "cache", None) or getattr(prompt_out, "past_key_values", None)
+    cache = returned_cache(prompt_out)
     del prompt_out, captured
     if cache is None:
         return None

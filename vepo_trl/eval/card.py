@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .benchmarks import BENCHMARKS
+from .table import versions_text
 
 
 SOURCE_NAME = "vepo-trl eval"
@@ -61,7 +62,7 @@ def _provenance_args(bench: dict[str, Any]) -> dict[str, Any]:
     """The number's interval and provenance, as model-index metric args (plain values)."""
     origin = bench.get("provenance") or {}
     judge = origin.get("judge") or {}
-    versions = origin.get("generation_versions") or {}
+    versions = origin.get("generation_versions")
     args = {
         "ci95": bench.get("ci95"),
         "pass_at_k": bench.get("pass_at_k") if bench.get("num_samples", 1) > 1 else None,
@@ -71,7 +72,7 @@ def _provenance_args(bench: dict[str, Any]) -> dict[str, Any]:
         "decoding": ", ".join(f"{k}={v}" for k, v in (origin.get("decoding") or {}).items()) or None,
         "seed": (origin.get("seeds") or {}).get("seed"),
         "data_sha256": origin.get("data_sha256"),
-        "versions": ", ".join(f"{k} {v}" for k, v in versions.items() if v) or None,
+        "versions": versions_text(versions) or None,
     }
     return {key: value for key, value in args.items() if value is not None}
 

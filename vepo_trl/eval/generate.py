@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from ..families import banned_token_ids
+from .stats import stable_seed
 
 
 logger = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ class TransformersGenerator:
                                 for c in self.generate([t], [i], None if batch_seeds is None else [batch_seeds[k]])]  # fmt: skip
                 continue
             if batch_seeds is not None and self.temperature > 0:
-                torch.manual_seed(hash_seeds(batch_seeds))
+                torch.manual_seed(stable_seed(*batch_seeds))  # one seed from the batch's
             inputs = self.processor(text=batch_texts, padding=True, return_tensors="pt", **kwargs).to(
                 self.model.device
             )
@@ -179,13 +180,6 @@ class VLLMGenerator:
         ]
         outputs = self.llm.generate(inputs, params, lora_request=self.lora, use_tqdm=False)
         return [output.outputs[0].text for output in outputs]
-
-
-def hash_seeds(seeds: list[int]) -> int:
-    """One 63-bit seed from several (a batch's)."""
-    import hashlib
-
-    return int.from_bytes(hashlib.sha256(repr(list(seeds)).encode()).digest()[:8], "big") >> 1
 
 
 def _has_processor(path: str) -> bool:

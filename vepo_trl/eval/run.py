@@ -149,10 +149,10 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def provenance(manifest: dict[str, Any], grading: dict[str, Any], name: str) -> dict[str, Any]:
+def provenance(manifest: dict[str, Any], grading: dict[str, Any], name: str, versions: dict) -> dict[str, Any]:
     """What made a benchmark's number: the judge (model, endpoint host, temperature), the prompt template's hash, the
     decoding settings and seeds, the rows' hash and the package versions, of the generation (kept through
-    `--rescore`) and of the grading."""
+    `--rescore`) and of the grading (`versions`: `package_versions()` now)."""
     from urllib.parse import urlparse
 
     from .benchmarks import EVAL_SYSTEM_PROMPT
@@ -190,7 +190,7 @@ def provenance(manifest: dict[str, Any], grading: dict[str, Any], name: str) -> 
         "grading": {
             "protocol": grading["protocol"],
             "grader_version": grading.get("grader_version"),
-            "versions": package_versions(),
+            "versions": versions,
         },  # fmt: skip
     }
 
@@ -378,8 +378,9 @@ def _generate_alone(generator, text: str, images: list, seeded: dict) -> tuple[s
 def sample_seed(seed: int, benchmark: str, question: str, sample: int) -> int:
     """The seed of one question's sample: drawn from `--seed`, the benchmark, the question's id and the sample's
     number, so draws are independent across questions and samples and the same on a rerun."""
-    digest = hashlib.sha256(json.dumps([seed, benchmark, question, sample]).encode()).digest()
-    return int.from_bytes(digest[:4], "big") >> 1
+    from .stats import stable_seed
+
+    return stable_seed(seed, benchmark, question, sample)
 
 
 def generate_rows(generator, texts: list[str], images: list[list], seeds: list[int] | None = None):
@@ -561,16 +562,16 @@ def summarize_folder(
 
     summaries, draws = {}, {}
     num_samples = manifest["generation"].get("num_samples", 1)
-    grading = _grading_settings(args)
+    grading, versions = _grading_settings(args), package_versions()
     for name in [*PAPER_BENCHMARKS, *(n for n in BENCHMARKS if n not in PAPER_BENCHMARKS)]:
         records = read_records(output_dir / f"{name}.jsonl")
         if records:
-            summaries[name] = summarize_benchmark(name, records, manifest.get("totals", {}).get(name), args.protocol,
-                                                  num_samples=num_samples)  # fmt: skip
-            summaries[name]["provenance"] = provenance(manifest, grading, name)
             rows = list(sample_rows(records, args.protocol).values())
-            if rows:
+            if rows:  # made once: the benchmark's interval and the average's
                 draws[name] = bootstrap_means(rows, seed=bench_seed(name))
+            summaries[name] = summarize_benchmark(name, records, manifest.get("totals", {}).get(name), args.protocol,
+                                                  num_samples=num_samples, draws=draws.get(name))  # fmt: skip
+            summaries[name]["provenance"] = provenance(manifest, grading, name, versions)
     paper_model, paper = paper_rows_for(args.paper_model, manifest.get("base_model_arg"), manifest.get("model_arg"),
                                         manifest.get("model"))  # fmt: skip
     from .grading import uses_judge
@@ -667,7 +668,7 @@ def compare(args) -> dict[str, Any]:
     """`--compare A B`: avg@k of A minus B per benchmark on the questions both hold, under `--protocol`, with a paired
     bootstrap interval; their average over the benchmarks compared. Printed as markdown; returned as a dict."""
     from .stats import bench_seed, interval, paired_difference
-    from .table import sample_rows
+    from .table import judges_of, sample_rows
 
     folders = [Path(folder) for folder in args.compare]
     for folder in folders:
@@ -686,8 +687,7 @@ def compare(args) -> dict[str, Any]:
             raise UsageError(f"--compare: {name} was read from other rows in each folder (rows sha256 "
                              f"{hashes[0][:12]} and {hashes[1][:12]}): the same ids are not the same questions.")  # fmt: skip
         records = [read_records(folder / f"{name}.jsonl", repair=False) for folder in folders]
-        judges = [{((r.get("verdicts", {}).get(args.protocol) or {}).get("grader") or {}).get("judge") for r in rs}
-                  for rs in records]  # fmt: skip
+        judges = [judges_of(found, args.protocol) for found in records]
         if judges[0] != judges[1]:
             notes.append(f"{BENCHMARKS[name].title}: graded by {sorted(map(str, judges[0]))} in A and "
                          f"{sorted(map(str, judges[1]))} in B")  # fmt: skip

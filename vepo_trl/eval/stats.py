@@ -16,18 +16,33 @@ from collections.abc import Sequence
 import numpy as np
 
 
-__all__ = ["RESAMPLES", "avg_at_k", "bench_seed", "bootstrap_means", "interval", "paired_difference", "pass_at_k"]
+__all__ = [
+    "RESAMPLES",
+    "avg_at_k",
+    "bench_seed",
+    "stable_seed",
+    "bootstrap_means",
+    "interval",
+    "paired_difference",
+    "pass_at_k",
+]
 
 RESAMPLES = 10_000
 _CHUNK = 500
 
 
+def stable_seed(*parts) -> int:
+    """A 31-bit seed from JSON-able parts, the same on every machine and run (SHA-256 of their JSON)."""
+    import hashlib
+    import json
+
+    return int.from_bytes(hashlib.sha256(json.dumps(list(parts)).encode()).digest()[:4], "big") >> 1
+
+
 def bench_seed(name: str) -> int:
     """A benchmark's own bootstrap seed: benchmarks averaged together are drawn independently (one seed for all
     would draw every benchmark's rows at the same relative positions)."""
-    import hashlib
-
-    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
+    return stable_seed("bootstrap", name)
 
 
 def avg_at_k(rows: Sequence[Sequence[bool]]) -> float:

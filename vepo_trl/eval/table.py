@@ -94,22 +94,28 @@ def sample_rows(records: Sequence[Mapping[str, Any]], protocol: str) -> dict[str
     return rows
 
 
+def judges_of(records: Sequence[Mapping[str, Any]], protocol: str) -> set[str | None]:
+    """The judge models that gave the records' verdicts under `protocol` (None: a rule)."""
+    return {((_verdict(record, protocol) or {}).get("grader") or {}).get("judge") for record in records}
+
+
 def summarize_benchmark(name: str, records: Sequence[Mapping[str, Any]], expected: Any, protocol: str = "rule",
-                        judge: str | None = None, num_samples: int = 1) -> dict[str, Any]:  # fmt: skip
+                        judge: str | None = None, num_samples: int = 1, draws=None) -> dict[str, Any]:  # fmt: skip
     """Accuracies of one benchmark's records under `protocol` (percent, 2 decimals), and every protocol's accuracy
     where the records hold its verdicts. Rows without a verdict (a judge that failed) make the benchmark incomplete.
 
     Sampled (`num_samples` k > 1), the records hold k per question: the accuracy is avg@k (`avg_at_k`), `pass_at_k`
-    the share of questions with a right sample; `ci95` is avg@k's 95% bootstrap interval (`eval.stats`); the official
-    secondary metrics read sample 0."""
+    the share of questions with a right sample; `ci95` is avg@k's 95% bootstrap interval (`eval.stats`; `draws`: its
+    bootstrap draws, where the caller made them for an average too); the official secondary metrics read sample 0."""
     from .stats import avg_at_k, bench_seed, bootstrap_means, interval, pass_at_k
 
     bench = BENCHMARKS[name]
     total, limit = _expected(expected)
-    questions = len({r.get("id", index) for index, r in enumerate(records)})
+    counts = _sample_counts(records)
+    questions = len(counts)
     if num_samples > 1:
         first = [r for r in records if r.get("sample", 0) == 0]
-        short = sum(1 for count in _sample_counts(records).values() if count < num_samples)
+        short = sum(1 for count in counts.values() if count < num_samples)
     else:
         first, short = records, 0
     first_ids = {id(r) for r in first}
@@ -120,10 +126,13 @@ def summarize_benchmark(name: str, records: Sequence[Mapping[str, Any]], expecte
     graded = [r for r in kept if (_verdict(r, protocol) or {}).get("correct") is not None]
     correct = [bool(_verdict(r, protocol)["correct"]) for r in graded]
     unjudged = len(kept) - len(graded)
-    judges = {(_verdict(r, protocol).get("grader") or {}).get("judge") for r in graded} - {None}
+    judges = judges_of(graded, protocol) - {None}
     # A local copy with fewer rows than the split the paper evaluated is a partial result, like a --limit run
     truncated = bench.paper_rows is not None and total is not None and total < bench.paper_rows
     rows = list(sample_rows(records, protocol).values())
+    if rows and draws is None:
+        draws = bootstrap_means(rows, seed=bench_seed(name))
+    average = _pct(avg_at_k(rows)) if rows else None
     summary: dict[str, Any] = {
         "title": bench.title,
         "examples": questions,
@@ -143,10 +152,10 @@ def summarize_benchmark(name: str, records: Sequence[Mapping[str, Any]], expecte
         and short == 0,
         "protocol": protocol,
         "num_samples": num_samples,
-        "accuracy": _pct(avg_at_k(rows)) if rows else None,
-        "avg_at_k": _pct(avg_at_k(rows)) if rows else None,
+        "accuracy": average,
+        "avg_at_k": average,
         "pass_at_k": _pct(pass_at_k(rows)) if rows else None,
-        "ci95": [_pct(value) for value in interval(bootstrap_means(rows, seed=bench_seed(name)))] if rows else None,
+        "ci95": [_pct(value) for value in interval(draws)] if rows else None,
         "correct": sum(correct),
         "scored_by": _scored_by(name, protocol, judge or next(iter(judges), None)),
         "rule_accuracy": _pct(_mean([bool(r["rule_correct"]) for r in records])),
@@ -198,6 +207,11 @@ def _sample_counts(records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     return counts
 
 
+def versions_text(versions: Mapping[str, str | None] | None) -> str:
+    """`name version, ...` of the packages installed (`run.package_versions`)."""
+    return ", ".join(f"{name} {version}" for name, version in (versions or {}).items() if version)
+
+
 def interval_lines(summary: Mapping[str, Any]) -> list[str]:
     """Each benchmark's accuracy with its 95% interval (avg@k and pass@k when sampled), and what made it."""
     benches = summary["benchmarks"]
@@ -228,9 +242,8 @@ def interval_lines(summary: Mapping[str, Any]) -> list[str]:
     if origin:
         versions = origin.get("generation_versions") or {}
         graded = origin["grading"]["versions"]
-        lines += ["", "Made with " + ", ".join(f"{k} {v}" for k, v in versions.items() if v) + "; graded with "
-                  + ", ".join(f"{k} {v}" for k, v in graded.items() if v) + f". Prompt template sha256 "
-                  f"{origin['prompt_template_sha256'][:12]}."]  # fmt: skip
+        lines += ["", f"Made with {versions_text(versions)}; graded with {versions_text(graded)}. Prompt template "
+                  f"sha256 {origin['prompt_template_sha256'][:12]}."]  # fmt: skip
     return lines
 
 

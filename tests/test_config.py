@@ -34,6 +34,7 @@ def test_only_vepo_fields_are_added_and_each_has_help():
     names = {f.name for f in VEPO_FIELDS}
     assert names == {
         "selection_strategy",
+        "strategy_params",
         "selection_ratio",
         "selection_alpha",
         "selection_mode",
@@ -45,6 +46,7 @@ def test_only_vepo_fields_are_added_and_each_has_help():
         "selection_samples_steps",
         "selection_samples_count",
         "perturbation",
+        "perturbation_params",
         "noise_step",
         "noise_annealing",
         "noise_annealing_coefficient",

@@ -235,14 +235,11 @@ def test_accuracy_huge_expressions_skip_math_verify(monkeypatch):
 def test_huge_expressions_in_a_worker_thread_do_not_hang(answers):
     # Off the main thread math-verify runs without a timeout, and the big-integer arithmetic holds the GIL, so a hang
     # would freeze the whole interpreter: check in a child process that can be killed.
-    # The module is loaded from its file so that the child skips the package's heavier imports (TRL, transformers).
+    # `vepo_trl.rewards` imports neither TRL nor transformers (the package's exports are lazy): the child starts fast.
     code = textwrap.dedent(
         f"""
-        import importlib.util, threading
-        spec = importlib.util.spec_from_file_location("rewards", {rewards.__file__!r})
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        accuracy_reward = module.accuracy_reward
+        import threading
+        from vepo_trl.rewards import accuracy_reward
         out = []
         thread = threading.Thread(target=lambda: out.append(accuracy_reward({answers!r}, answer=["3"] * 3)))
         thread.start()
@@ -486,15 +483,17 @@ def test_register_reward_twice_raises():
     assert REWARD_FUNCS["accuracy"] is accuracy_reward
 
 
-def test_register_new_reward(monkeypatch):
-    monkeypatch.setattr(rewards, "REWARD_FUNCS", dict(REWARD_FUNCS))
-
+def test_register_new_reward():
     @register_reward("length")
     def length_reward(completions, **kwargs):
         return [float(len(completion_to_text(c))) for c in completions]
 
-    assert get_reward_funcs(["length"]) == [length_reward]
-    assert length_reward(["abc"]) == [3.0]
+    try:
+        assert get_reward_funcs(["length"]) == [length_reward]
+        assert length_reward(["abc"]) == [3.0]
+        assert REWARD_FUNCS.source("length") == "tests"  # the package that registered it
+    finally:
+        REWARD_FUNCS.pop("length")
 
 
 def test_answer_mentioned_reward_whole_words_only():

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 from trl import GRPOConfig
 
 from .trl_compat import quiet_deprecated_alias
-from .validation import check_object, rules_for
+from .validation import check_object, check_rule_params, rules_for
 
 
 def _checkpointing_renamed() -> bool:
@@ -43,6 +44,10 @@ class VEPOConfig(GRPOConfig):
             `"entropy"` (top-k entropy, the 80/20 baseline), `"random"`, the ablations `"vepo_no_jsd"`,
             `"vepo_no_entropy_gap"`, `"vepo_no_entropy"`, `"vepo_kl"`, `"vepo_bottom"`, `"vepo_positive_gap"`,
             `"vepo_additive"`, and `"vppo"` (VPPO's sampled-token k3 filter).
+        strategy_params (`dict` or `str`, *optional*):
+            The selection strategy's own settings, by name (its keyword-only parameters beyond `ratio`, `alpha` and
+            `seeds`: a plug-in's, see `vepo-trl strategies`), as a mapping or its JSON text. Checked against the
+            strategy's signature: a name it does not take is refused, and so is a setting it needs left out.
         selection_ratio (`float`, *optional*, defaults to `0.2`):
             `k`: each response keeps its top `ceil(k * T)` of `T` valid tokens (for `"random"`, the keep probability).
         selection_alpha (`float`, *optional*, defaults to `0.7`):
@@ -79,6 +84,9 @@ class VEPOConfig(GRPOConfig):
             actually does: that noise accumulated once per rollout of a prompt, std `noise_sigma * sqrt(num_generations)`,
             6.93 at sigma 2 with the paper's 12 generations, 4.00 with 4),
             `"mean_image"`, `"black_image"` or `"patch_blackout"`.
+        perturbation_params (`dict` or `str`, *optional*):
+            The perturbation's own settings (its keyword-only parameters beyond `noise_step`, `sigma`,
+            `patch_probability` and `num_generations`), checked against its signature as `strategy_params` are.
         noise_step (`int`, *optional*, defaults to `500`):
             Diffusion step `tau` in [0, 999] of the `"diffusion"` perturbation.
         noise_annealing (`bool`, *optional*, defaults to `False`):
@@ -109,6 +117,9 @@ class VEPOConfig(GRPOConfig):
             responses no longer skip their perturbed forward. `0` always scores chunk by chunk.
     """
 
+    # transformers parses these from JSON text as it does its own dict fields
+    _VALID_DICT_FIELDS = [*GRPOConfig._VALID_DICT_FIELDS, "strategy_params", "perturbation_params"]
+
     if _CHECKPOINTING_RENAMED:
         # TRL's default (on), kept under the new name; the deprecated one still works (and warns) when a user gives it
         gradient_checkpointing: bool | None = field(
@@ -120,6 +131,13 @@ class VEPOConfig(GRPOConfig):
         metadata={
             "help": "Tokens the policy loss trains on: vepo, full, entropy, random, vepo_no_jsd, vepo_no_entropy_gap, "
             "vepo_no_entropy, vepo_kl, vepo_bottom, vepo_positive_gap, vepo_additive or vppo.",
+        },
+    )
+    strategy_params: dict[str, Any] | str | None = field(
+        default=None,
+        metadata={
+            "help": "The selection strategy's own settings (a plug-in's keyword parameters, see vepo-trl strategies) "
+            "as JSON, e.g. '{\"threshold\": 0.3}'; checked against its signature."
         },
     )
     selection_ratio: float = field(
@@ -177,6 +195,13 @@ class VEPOConfig(GRPOConfig):
         metadata={
             "help": "Counterfactual image: diffusion (the paper), gaussian, gaussian_release (the release's "
             "accumulated noise, sigma * sqrt(num_generations)), mean_image, black_image or patch_blackout."
+        },
+    )
+    perturbation_params: dict[str, Any] | str | None = field(
+        default=None,
+        metadata={
+            "help": "The perturbation's own settings (a plug-in's keyword parameters) as JSON, e.g. "
+            "'{\"strength\": 0.5}'; checked against its signature."
         },
     )
     noise_step: int = field(
@@ -250,6 +275,7 @@ class VEPOConfig(GRPOConfig):
 
         if not READS_CHECKED_BY_COMMAND.get():  # the CLI checks them with what was typed and what a recipe gave
             check_read(settings_reads(), {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, given)
+        check_rule_params(self)  # a strategy's and a perturbation's own settings against their signatures
         if self.perturbation_seed is None:
             self.perturbation_seed = self.seed
 

@@ -171,6 +171,7 @@ class PerturbedPass:
             sigma=args.noise_sigma,
             patch_probability=args.patch_probability,
             num_generations=host.num_generations,
+            **(args.perturbation_params or {}),
         )
 
     def widths(self) -> tuple[int, int]:

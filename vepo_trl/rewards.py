@@ -35,6 +35,8 @@ from typing import Any
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 from math_verify.errors import TimeoutException
 
+from .registry import PluginError, Registry
+
 
 __all__ = [
     "PAPER_REWARD_FUNCS",
@@ -68,19 +70,20 @@ MAX_SYMBOLIC_ANSWER_CHARS = 300
 # Registry
 # --------------------------------------------------------------------------------------------------------------------
 
-REWARD_FUNCS: dict[str, Callable[..., list[float | None]]] = {}
+REWARD_FUNCS: Registry[Callable[..., list[float | None]]] = Registry("reward function")
 
 
 def register_reward(name: str) -> Callable[[Callable[..., list[float | None]]], Callable[..., list[float | None]]]:
-    """Decorator that adds a reward function to :data:`REWARD_FUNCS` under ``name``.
+    """Register a reward function under ``name`` (a decorator, exported as ``vepo_trl.register_reward``).
 
-    Registering the same name twice raises ``ValueError`` so that a typo cannot silently replace a reward.
+    The contract is TRL's (``GRPOTrainer``'s ``reward_funcs``): ``fn(prompts, completions, **columns)`` returns one
+    float (or ``None``: no reward from this function) per completion; each data set column (``solution``, ...) comes
+    as a keyword argument holding a list. Registering the same name twice raises ``ValueError``, so that a typo cannot
+    silently replace a reward.
     """
 
     def decorator(func: Callable[..., list[float | None]]) -> Callable[..., list[float | None]]:
-        if name in REWARD_FUNCS:
-            raise ValueError(f"A reward function is already registered under the name {name!r}.")
-        REWARD_FUNCS[name] = func
+        REWARD_FUNCS.add(name, func, module=getattr(func, "__module__", None))
         return func
 
     return decorator
@@ -96,6 +99,9 @@ def get_reward_funcs(names: Sequence[str] | str) -> list[Callable[..., list[floa
     if isinstance(names, str):
         names = [names]
     unknown = [name for name in names if name not in REWARD_FUNCS]
+    for name in unknown:
+        if line := REWARD_FUNCS.broken_line(name):  # a plug-in of that name that failed to load says so
+            raise PluginError(line)
     if unknown:
         raise ValueError(f"Unknown reward function(s) {unknown}. Valid names are: {sorted(REWARD_FUNCS)}.")
     return [REWARD_FUNCS[name] for name in names]

@@ -23,6 +23,8 @@ class Rule:
     test: Callable[[object], bool] | None = None
     optional: bool = False
     choices: Callable[[], Iterable[str]] | None = None
+    # For a choice: why a value is not among `choices` where there is more to say (a plug-in that failed to load)
+    why_not: Callable[[object], str | None] | None = None
 
 
 def _at_least(low):
@@ -83,6 +85,8 @@ def check_value(name: str, value, rule: Rule):
     if rule.kind in ("choice", "choice_or_bool"):
         names = tuple(rule.choices())
         if (value.lower() if isinstance(value, str) and rule.kind == "choice_or_bool" else value) not in names:
+            if rule.why_not is not None and (why := rule.why_not(value)):
+                raise ValueError(f"--{name} {_show(value)}: {why}.")
             listed = "" if rule.valid.startswith("one of") else f" (one of {', '.join(sorted(names))})"
             # YAML reads an unquoted no / yes / off / on as a boolean
             quote = (

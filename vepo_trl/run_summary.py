@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .perturb import RELEASE_NUM_GENERATIONS, annealed_noise_step
 from .run_folder import write_text_atomically
-from .scoring import get_strategy
+from .scoring import SELECTION_STRATEGIES, get_strategy
 from .utils import count
 
 
@@ -29,7 +29,15 @@ def method_name(strategy: str) -> str:
         return "GRPO on randomly kept tokens (each with probability k)"
     if strategy == "vppo":
         return "GRPO with VPPO's token filter"
+    source = SELECTION_STRATEGIES.source(strategy) if strategy in SELECTION_STRATEGIES else "vepo_trl"
+    if source != "vepo_trl":
+        return f"the selection strategy `{strategy}` (from {source})"
     return f"the VEPO ablation `{strategy}`"
+
+
+def _own(params) -> list[str]:
+    """A strategy's or perturbation's own settings as given (`strategy_params`, `perturbation_params`)."""
+    return [f"{name} = {value!r}" for name, value in sorted((params or {}).items())]
 
 
 def selection_text(args) -> str:
@@ -39,7 +47,7 @@ def selection_text(args) -> str:
         parts.append(f"k = {args.selection_ratio:g}")
     if "alpha" in strategy.reads:
         parts.append(f"alpha = {args.selection_alpha:g}")
-    return ", ".join(parts)
+    return ", ".join([*parts, *_own(getattr(args, "strategy_params", None))])
 
 
 def perturbation_text(args, noise_steps: list[float] | None = None, max_steps: int | None = None) -> str:
@@ -71,7 +79,7 @@ def perturbation_text(args, noise_steps: list[float] | None = None, max_steps: i
         )
     if name == "patch_blackout":
         return f"`patch_blackout`, each patch blacked out with probability {args.patch_probability:g}"
-    return f"`{name}`"
+    return ", ".join([f"`{name}`", *_own(getattr(args, "perturbation_params", None))])
 
 
 def _mean(values: list[float]) -> float | None:

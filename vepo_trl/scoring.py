@@ -9,12 +9,13 @@ calls `token_signals` and `select_tokens`, and logs what comes back. Paper equat
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 
 import torch
 
+from .registry import Registry, call_with, keyword_settings
 from .utils import stable_seed
 
 
@@ -86,7 +87,7 @@ class TokenSignals:
 
 def _signal_set(signals: Iterable[str]) -> frozenset[str]:
     """`signals` as a set of `SIGNAL_NAMES` (an unknown name refused)."""
-    signals = frozenset(signals)
+    signals = frozenset((signals,) if isinstance(signals, str) else signals)
     unknown = signals - set(SIGNAL_NAMES)
     if unknown:
         raise ValueError(f"Unknown signal(s) {sorted(unknown)}; valid signals are {list(SIGNAL_NAMES)}.")
@@ -370,12 +371,16 @@ class SelectionStrategy:
 
     @property
     def reads(self) -> frozenset[str]:
-        """The settings `fn` takes (`ratio`, `alpha`, `seeds`): its keyword-only parameters, so what a strategy reads
-        is what its function declares (`config.unread_settings` refuses a setting none of the run's parts reads)."""
-        import inspect
+        """The settings `fn` takes (`ratio`, `alpha`, `seeds`, its own): its keyword-only parameters, so what a
+        strategy reads is what its function declares (`config.unread_settings` refuses a setting none of the run's
+        parts reads)."""
+        return frozenset(keyword_settings(self.fn))
 
-        parameters = inspect.signature(self.fn).parameters.values()
-        return frozenset(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+    @property
+    def settings(self) -> dict[str, object]:
+        """The strategy's own settings (`strategy_params`): the keyword-only parameters the trainer does not supply,
+        each with its default (`inspect.Parameter.empty`: required)."""
+        return {k: v for k, v in keyword_settings(self.fn).items() if k not in SUPPLIED_TO_STRATEGIES}
 
     @property
     def needs_signals(self) -> bool:
@@ -392,21 +397,38 @@ class SelectionStrategy:
         return None
 
 
-SELECTION_STRATEGIES: dict[str, SelectionStrategy] = {}
+# What every strategy may declare and the trainer gives: k, alpha and the per-response seeds of a "random" count
+SUPPLIED_TO_STRATEGIES = ("ratio", "alpha", "seeds")
+SELECTION_STRATEGIES: Registry[SelectionStrategy] = Registry("selection strategy", plural="strategies")
 _COUNT_RULES = ("top_k", "bottom", "all", "random")
 
 
 def register_strategy(name: str, *, signals: Iterable[str] = (), count: str = "top_k", description: str = ""):
-    """Register a selection strategy under `name` (decorator). Registering a name twice is an error."""
+    """Register `fn(signals, mask, *, ...) -> (B, T) bool tensor` as the selection strategy `name` (a decorator,
+    exported as `vepo_trl.register_strategy`).
+
+    The contract:
+
+    - `signals` (`TokenSignals`): `(B, T)` float tensors, one per response token; only the fields named in `signals`
+      here are computed (any of `SIGNAL_NAMES`: "entropy", "perturbed_entropy", "jsd", "kl", "logp",
+      "perturbed_logp"). Naming a perturbed one runs the perturbed forward (`PERTURBED_SIGNALS`).
+    - `mask` `(B, T)` bool: the valid response tokens. The strategy returns a bool tensor of that shape; only tokens
+      inside `mask` count. Responses whose prompt has no image are ranked by entropy instead, without calling it.
+    - Keyword-only parameters are what it reads: `ratio` (k, `selection_ratio`), `alpha` (`selection_alpha`),
+      `seeds` (`(B,)` per-response seeds, for `count="random"`), and any others are its own settings, given as
+      `--strategy_params '{"name": value}'` (or `strategy_params:` in a recipe) and checked against the signature.
+    - `count`: how many tokens a response of `T` keeps, "top_k" (`ceil(ratio * T)`: use `top_k_mask`), "bottom"
+      (`T - ceil(ratio * T)`), "all", or "random" (not known ahead).
+    - `description`: one line for `vepo-trl strategies` (default: the docstring's first line).
+
+    Registering a name twice is an error."""
     signals = _signal_set(signals)
     if count not in _COUNT_RULES:
         raise ValueError(f"count must be one of {_COUNT_RULES}, got {count!r}.")
 
     def decorator(fn: SelectionFn) -> SelectionFn:
-        if name in SELECTION_STRATEGIES:
-            raise ValueError(f"A selection strategy named {name!r} is already registered.")
-        doc = description or (fn.__doc__ or "").strip().splitlines()[0]
-        SELECTION_STRATEGIES[name] = SelectionStrategy(name, fn, signals, count, doc)
+        doc = description or next(iter((fn.__doc__ or "").strip().splitlines()), "")
+        SELECTION_STRATEGIES.add(name, SelectionStrategy(name, fn, signals, count, doc), module=fn.__module__)
         return fn
 
     return decorator
@@ -415,12 +437,7 @@ def register_strategy(name: str, *, signals: Iterable[str] = (), count: str = "t
 def get_strategy(name: str) -> SelectionStrategy:
     """The registered selection strategy `name` (`SELECTION_STRATEGIES`); an unknown name raises `ValueError` listing
     the registered ones."""
-    try:
-        return SELECTION_STRATEGIES[name]
-    except KeyError:
-        raise ValueError(
-            f"Unknown selection strategy {name!r}. Valid strategies: {sorted(SELECTION_STRATEGIES)}."
-        ) from None
+    return SELECTION_STRATEGIES.lookup(name)
 
 
 def _normalized(signals: TokenSignals, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -531,8 +548,10 @@ def select_tokens(
     alpha: float = 0.7,
     seeds: torch.Tensor | None = None,
     has_image: torch.Tensor | None = None,
+    params: Mapping[str, object] | None = None,
 ) -> torch.Tensor:
-    """Boolean `(B, T)` mask of the tokens to train on, per response, within `mask`.
+    """Boolean `(B, T)` mask of the tokens to train on, per response, within `mask`. `params`: the strategy's own
+    settings (`SelectionStrategy.settings`, checked by `VEPOConfig`).
 
     Responses whose prompt has no image (`has_image[b]` False) carry no visual signal: a strategy that needs the
     perturbed pass ranks them by entropy alone instead (its top-k, or for a "bottom" strategy the complement), and
@@ -546,7 +565,7 @@ def select_tokens(
         raise ValueError(f"Strategy {strategy.name!r} needs signals {sorted(missing)}, which were not computed.")
     mask = mask.bool()
     if not strategy.needs_perturbed_pass or has_image is None or bool(has_image.all()):
-        return strategy.fn(signals, mask, ratio=ratio, alpha=alpha, seeds=seeds)
+        return _call(strategy, signals, mask, ratio, alpha, seeds, params)
     with_image = mask & has_image.bool().unsqueeze(-1)
     without_image = mask & ~has_image.bool().unsqueeze(-1)
     if "entropy" not in signals.computed():
@@ -556,8 +575,19 @@ def select_tokens(
         # Keep the strategy's meaning (and its token count): the complement of the entropy top-k
         selected = without_image & ~selected
     if bool(with_image.any()):
-        selected |= strategy.fn(signals, with_image, ratio=ratio, alpha=alpha, seeds=seeds)
+        selected |= _call(strategy, signals, with_image, ratio, alpha, seeds, params)
     return selected
+
+
+def _call(strategy: SelectionStrategy, signals, mask, ratio, alpha, seeds, params) -> torch.Tensor:
+    selected = call_with(strategy.fn, signals, mask, ratio=ratio, alpha=alpha, seeds=seeds, **dict(params or {}))
+    if not isinstance(selected, torch.Tensor) or selected.shape != mask.shape:
+        got = tuple(selected.shape) if isinstance(selected, torch.Tensor) else type(selected).__name__
+        raise TypeError(
+            f"Selection strategy {strategy.name!r} returned {got}; a strategy returns a boolean tensor shaped like "
+            f"its mask {tuple(mask.shape)}."
+        )
+    return selected.bool() & mask
 
 
 def row_seeds(token_ids: torch.Tensor, mask: torch.Tensor, base_seed: int, step: int) -> torch.Tensor:

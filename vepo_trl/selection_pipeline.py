@@ -335,8 +335,8 @@ class SelectionPipeline:
             ratio=self.args.selection_ratio,
             alpha=self.args.selection_alpha,
             has_image=scored if self.selection.needs_perturbed_pass else None,
-            seeds=seeds,
-        )
+            seeds=seeds, params=self.args.strategy_params,
+        )  # fmt: skip
 
     def token_weights(self, inputs) -> torch.Tensor | None:
         """Weights on the policy-gradient term of each token (L_VEPO), or `None` where GRPO's loss is unchanged."""

@@ -68,6 +68,14 @@ def _perturbations():
     return _registry_names(("rules", "perturbation", "choices"), "vepo_trl.perturb.registry", load)
 
 
+def _broken(module: str, name) -> str | None:
+    """Where `name` is a plug-in of that registry that failed to load, the one line saying so (`Registry.broken_line`)."""
+    import importlib
+
+    registry = {"scoring": "SELECTION_STRATEGIES", "perturb": "PERTURBATIONS", "rewards": "REWARD_FUNCS"}[module]
+    return getattr(importlib.import_module(f"vepo_trl.{module}"), registry).broken_line(name)
+
+
 def _reward_names():
     def load():
         from .rewards import REWARD_FUNCS
@@ -170,8 +178,10 @@ RANGES: dict[str, Rule] = {
     "vllm_importance_sampling_clip_min": _number(_at_least(0), ">= 0, or unset", True),
     "vllm_importance_sampling_cap": _number(_above(0), "above 0, or unset", True),
     # VEPO's own (VEPOConfig)
-    "selection_strategy": Rule("choice", "a selection strategy", choices=_selection_strategies),
-    "perturbation": Rule("choice", "a perturbation", choices=_perturbations),
+    "selection_strategy": Rule(
+        "choice", "a selection strategy", choices=_selection_strategies, why_not=lambda v: _broken("scoring", v)
+    ),
+    "perturbation": Rule("choice", "a perturbation", choices=_perturbations, why_not=lambda v: _broken("perturb", v)),
     "loss_type": Rule("choice", "a loss type with a selected-token (L_VEPO) form", choices=_loss_types),
     "selection_mode": Rule("choice", "mask or weight", choices=lambda: ("mask", "weight")),
     "entropy_scope": Rule("choice", "all or selected", choices=lambda: ("all", "selected")),
@@ -216,7 +226,8 @@ RANGES: dict[str, Rule] = {
 # "in_folder", "in_path" (file or folder), "model" (a model folder or a Hub id, checked by the command with its files).
 whole, number, names, at_least, above, between = _whole, _number, _names, _at_least, _above, _between
 TEXT = Rule("text", "non-empty text", optional=True)
-REWARD_NAME = Rule("choice", "a reward function", choices=_reward_names)
+MAPPING = Rule("mapping", "a mapping: JSON such as '{\"key\": 1}', or key: value lines in a recipe", optional=True)
+REWARD_NAME = Rule("choice", "a reward function", choices=_reward_names, why_not=lambda v: _broken("rewards", v))
 DEVICE = Rule("device", "a device this machine has (cuda, cpu, ...)", optional=True)  # torch's own test
 MODEL = Rule("model", "a model folder or a Hub id (owner/name)", optional=True)
 SEED = _whole(_between(0, 2**32 - 1), "a whole number in 0..2**32-1")
@@ -924,6 +935,49 @@ def unread_settings(args) -> dict[str, str]:
     return unread
 
 
+def check_rule_params(args) -> None:
+    """`strategy_params` and `perturbation_params` against the signatures of the run's strategy and perturbation
+    (`SelectionStrategy.settings`, `perturbation_settings`): a name the function does not take, a setting it needs
+    left out, or perturbation settings for a run without a perturbed pass are refused, in one line each."""
+    import inspect
+
+    from .perturb import perturbation_settings
+    from .scoring import get_strategy
+
+    strategy = get_strategy(args.selection_strategy)
+    checks = [("strategy_params", f"selection_strategy {strategy.name}", strategy.settings, args.strategy_params)]
+    if strategy.needs_perturbed_pass:
+        checks.append(
+            (
+                "perturbation_params",
+                f"perturbation {args.perturbation}",
+                perturbation_settings(args.perturbation),
+                args.perturbation_params,
+            )  # fmt: skip
+        )
+    elif args.perturbation_params:
+        raise ValueError(
+            f"--perturbation_params is never read: selection_strategy {strategy.name} runs no perturbed pass; "
+            "remove it."
+        )
+    for option, owner, settings, given in checks:
+        given = given or {}
+        if not isinstance(given, Mapping):
+            raise ValueError(f"--{option} {given!r}: must be a mapping of setting names to values (JSON).")
+        takes = ", ".join(sorted(settings)) or "none"
+        unknown = sorted(set(given) - set(settings))
+        if unknown:
+            raise ValueError(
+                f"--{option}: {owner} takes no setting {', '.join(map(repr, unknown))} (its settings: {takes})."
+            )
+        missing = sorted(
+            name for name, default in settings.items() if default is inspect.Parameter.empty and name not in given
+        )
+        if missing:
+            example = ", ".join(f'"{name}": ...' for name in missing)
+            raise ValueError(f"{owner} needs its setting(s) {', '.join(missing)}: give --{option} '{{{example}}}'.")
+
+
 def settings_reads() -> dict:
     """When a run reads each setting that some runs do not (`validation.Reads`): the table of TRL's, transformers' and
     the script's (`validation.TRAIN_READS`), and VEPO's strategy and perturbation settings as the registries say."""
@@ -1433,7 +1487,7 @@ def recipe_values(recipe: Mapping, annotations: Mapping[str, object]) -> dict:
 @functools.cache
 def _declarations_key() -> str | None:
     """The versions that define the fields, and a digest of the modules declaring vepo_trl's own (an editable install
-    changes them without a version): computed once a process."""
+    changes them without a version) and of the installed plug-ins' entry points: computed once a process."""
     import hashlib
     from importlib.metadata import PackageNotFoundError, version
     from pathlib import Path
@@ -1442,6 +1496,8 @@ def _declarations_key() -> str | None:
         key = "-".join(version(name) for name in ("trl", "transformers", "vepo-trl"))
     except PackageNotFoundError:
         return None
+    from .registry import plugin_entry_points
+
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256(
         b"".join(
@@ -1449,6 +1505,8 @@ def _declarations_key() -> str | None:
             for name in ("validation.py", "config.py", "train.py", "scoring.py", "perturb/registry.py", "rewards.py")
         )
     )
+    # The installed plug-ins add names (and their settings' reads): installing or removing one saves the tables anew
+    digest.update(repr(plugin_entry_points()).encode())
     return key + "-" + digest.hexdigest()[:12]
 
 

@@ -25,6 +25,10 @@ README = documentation()
 NOT_HERE = [
     (r"pip install|pytest", "installs the package or runs this suite: the suite is already running"),
     (r"accelerate launch", "a multi-GPU launch"),
+    (
+        r"confident_visual|colour_cards|my-rule",
+        "a plug-in's command (docs/plugins.md): tests/e2e/test_plugin_tutorial.py runs it with the package installed",
+    ),
     (r"\b(Qwen|OpenGVLab|google|HuggingFaceTB)/", "downloads a model from the Hub"),
     (
         r"\bruns/|eval_data|eval-vepo-7b|figure\.png|my_rows\.jsonl",

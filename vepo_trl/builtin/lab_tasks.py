@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING
 
 from PIL import Image, ImageDraw
 
+from ..registry import Registry
+
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -53,6 +55,7 @@ __all__ = [
     "LabSample",
     "LabTask",
     "get_task",
+    "register_lab_task",
     "answer_token_positions",
     "lab_corpus",
     "make_lab_sample",
@@ -122,34 +125,48 @@ class LabTask:
     warm_start: dict = field(default_factory=dict)
 
 
-TASKS: dict[str, LabTask] = {
-    task.name: task
-    for task in (
-        LabTask(
-            name="colour",
-            kinds=("colour",),
-            description="one square, 'What colour is the square?'; ~20-token responses, one image-decided token "
-            "(the first lab task: full GRPO saturates it)",
-            confusions=SFT_CONFUSIONS,
-            accuracy_reward="accuracy",
-            max_completion_length=28,
-            corpus_kinds=("count", "colour"),
-            warm_start=dict(vocab_size=400, sft_rows=2048, sft_steps=300),
-        ),
-        LabTask(
-            name="squares",
-            kinds=("squares",),
-            description="three squares, their colours from left to right; ~45-token responses, three image-decided "
-            "tokens among many interchangeable wording tokens, graded as an ordered list",
-            confusions=SFT_CONFUSIONS,
-            accuracy_reward="exact_match",
-            max_completion_length=56,
-            corpus_kinds=("squares",),
-            # 512: the corpus's words become single tokens; three squares take 900 SFT steps to be read (300: all blue)
-            warm_start=dict(vocab_size=512, sft_rows=4096, sft_steps=900),
-        ),
-    )
-}
+TASKS: Registry[LabTask] = Registry("lab task")
+
+
+def register_lab_task(task: LabTask) -> LabTask:
+    """Add `task` to the lab's tasks (`vepo-trl lab --task NAME`; exported as `vepo_trl.register_lab_task`). Its
+    `kinds` are the lab's question kinds (`LAB_TASKS`); its `accuracy_reward` a registered reward. A name registered
+    twice is an error."""
+    unknown = sorted(set(task.kinds) - set(LAB_TASKS))
+    if unknown:
+        raise ValueError(f"Lab task {task.name!r}: unknown kinds {unknown}; the lab draws {list(LAB_TASKS)}.")
+    import sys
+
+    return TASKS.add(task.name, task, module=sys._getframe(1).f_globals.get("__name__"))
+
+
+for _task in (
+    LabTask(
+        name="colour",
+        kinds=("colour",),
+        description="one square, 'What colour is the square?'; ~20-token responses, one image-decided token "
+        "(the first lab task: full GRPO saturates it)",
+        confusions=SFT_CONFUSIONS,
+        accuracy_reward="accuracy",
+        max_completion_length=28,
+        corpus_kinds=("count", "colour"),
+        warm_start=dict(vocab_size=400, sft_rows=2048, sft_steps=300),
+    ),
+    LabTask(
+        name="squares",
+        kinds=("squares",),
+        description="three squares, their colours from left to right; ~45-token responses, three image-decided "
+        "tokens among many interchangeable wording tokens, graded as an ordered list",
+        confusions=SFT_CONFUSIONS,
+        accuracy_reward="exact_match",
+        max_completion_length=56,
+        corpus_kinds=("squares",),
+        # 512: the corpus's words become single tokens; three squares take 900 SFT steps to be read (300: all blue)
+        warm_start=dict(vocab_size=512, sft_rows=4096, sft_steps=900),
+    ),
+):
+    register_lab_task(_task)
+
 DEFAULT_TASK = "squares"
 
 

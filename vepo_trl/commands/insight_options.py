@@ -9,6 +9,7 @@ from ..options import option
 from ..validation import (
     DEVICE,
     FLAG,
+    MAPPING,
     MODEL,
     RANGES,
     RUNS_MODEL,
@@ -51,6 +52,10 @@ class SettingsOptions:
                                 reads=RUNS_MODEL, rule=path_rule("in_file", "a recipe file (YAML) that exists"), group=SETTINGS)  # fmt: skip
     strategy: str | None = option(None, "Selection strategy (vepo-trl strategies lists them). Default vepo.",
                                   reads=RUNS_MODEL, rule=optional(RANGES["selection_strategy"]), group=SETTINGS)  # fmt: skip
+    strategy_params: str | None = option(None, "The strategy's own settings (a plug-in's) as JSON, e.g. "
+                                         "'{\"sharpness\": 1.0}'.", reads=RUNS_MODEL, rule=MAPPING, group=SETTINGS)  # fmt: skip
+    perturbation_params: str | None = option(None, "The perturbation's own settings (a plug-in's) as JSON.",
+                                             reads=RUNS_MODEL, rule=MAPPING, group=SETTINGS)  # fmt: skip
     alpha: float | None = option(None, "alpha: JSD against |dH| in the joint signal. Default 0.7.",
                                  reads=registry_reads("selection_alpha", INSIGHT, ("vepo", None, None)), rule=optional(RANGES["selection_alpha"]), group=SETTINGS)  # fmt: skip
     perturbation: str | None = option(None, "diffusion, gaussian, mean_image, black_image, patch_blackout.",

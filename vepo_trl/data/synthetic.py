@@ -22,6 +22,7 @@ from typing import Any
 import datasets
 from PIL import Image, ImageDraw, ImageFont
 
+from ..registry import Registry
 from ..rules import Rule, check_value
 
 
@@ -30,6 +31,7 @@ __all__ = [
     "SyntheticSample",
     "make_synthetic_dataset",
     "make_synthetic_row",
+    "register_synthetic_task",
     "register_task",
     "render_synthetic_sample",
 ]
@@ -119,7 +121,7 @@ class SyntheticSample:
 
 TaskFn = Callable[[random.Random, int, int], SyntheticSample]
 
-SYNTHETIC_TASKS: dict[str, TaskFn] = {}
+SYNTHETIC_TASKS: Registry[TaskFn] = Registry("synthetic task")
 # Tasks whose question names a colour: in mode "L" the colour is gone, so the default dataset mix avoids "L" for them.
 _COLOUR_TASKS: set[str] = set()
 
@@ -134,14 +136,15 @@ def register_task(name: str, *, needs_colour: bool = False) -> Callable[[TaskFn]
     """
 
     def decorator(fn: TaskFn) -> TaskFn:
-        if name in SYNTHETIC_TASKS:
-            raise ValueError(f"synthetic task {name!r} is already registered")
-        SYNTHETIC_TASKS[name] = fn
+        SYNTHETIC_TASKS.add(name, fn, module=getattr(fn, "__module__", None))
         if needs_colour:
             _COLOUR_TASKS.add(name)
         return fn
 
     return decorator
+
+
+register_synthetic_task = register_task  # the name the package exports (`vepo_trl.register_synthetic_task`)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ the facts each adapter relies on.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -28,6 +29,7 @@ import datasets
 
 from ..data.loaders import IMAGE_PLACEHOLDER, _without_decoding
 from ..errors import UsageError
+from ..registry import PluginError, Registry
 
 
 logger = logging.getLogger(__name__)
@@ -108,6 +110,8 @@ class Benchmark:
         folder = self.local_folder(data_dir)
         if folder is not None:
             return str(folder.resolve())
+        if self.hub_id is None:  # rows a subclass makes itself (`load_rows`): name the class that makes them
+            return f"{type(self).__module__}.{type(self).__qualname__}"
         return f"{self.hub_id}" + (f" ({self.hub_config})" if self.hub_config else "") + f" @{self.split}"
 
     def local_folder(self, data_dir: str | os.PathLike | None) -> Path | None:
@@ -203,17 +207,29 @@ class Benchmark:
         return None
 
 
-BENCHMARKS: dict[str, Benchmark] = {}
+BENCHMARKS: Registry[Benchmark] = Registry("benchmark")
 # The columns of the paper's Table 1, in its order
 PAPER_BENCHMARKS = ("geometry3k", "mmk12", "hallusionbench", "mathvista", "wemath", "mathverse", "mathvision")
 
 
 def register_benchmark(cls: type[Benchmark]) -> type[Benchmark]:
-    """Class decorator: register one instance under `cls.name`; a name registered twice is an error."""
+    """Register one instance of a `Benchmark` subclass under `cls.name` (a class decorator, exported as
+    `vepo_trl.register_benchmark`).
+
+    The contract: set `name` (what `--benchmarks` takes), `title` (its column), `description`, and where the rows come
+    from: `hub_id` / `hub_config` / `split` for a Hub data set, `folders` for a copy under `--data_dir` (parquet or
+    JSON files of the split), or your own `load_rows(data_dir) -> (rows, base_dir)`. `required_columns` are checked on
+    the first row; `to_example(row, index, base_dir)` returns an `Example` (its `gold` is what the rule grader
+    compares the boxed answer with; `choices` for multiple choice), or None to leave a row out. `in_paper_table =
+    False` keeps it out of the paper's average. A name registered twice is an error."""
+    if not (isinstance(cls, type) and issubclass(cls, Benchmark)):
+        raise TypeError(f"register_benchmark decorates a subclass of vepo_trl.Benchmark, got {cls!r}.")
     instance = cls()
-    if instance.name in BENCHMARKS:
-        raise ValueError(f"A benchmark is already registered under the name {instance.name!r}.")
-    BENCHMARKS[instance.name] = instance
+    for spec in dataclasses.fields(instance):  # a subclass's plain `name = "..."` (no annotation, no @dataclass)
+        declared = getattr(cls, spec.name, dataclasses.MISSING)
+        if declared is not dataclasses.MISSING and not isinstance(declared, dataclasses.Field):
+            setattr(instance, spec.name, declared)
+    BENCHMARKS.add(instance.name, instance, module=cls.__module__)
     return cls
 
 
@@ -221,6 +237,8 @@ def get_benchmark(name: str) -> Benchmark:
     key = name.strip().lower()
     key = _ALIASES.get(key, key)
     if key not in BENCHMARKS:
+        if line := BENCHMARKS.broken_line(name.strip()):
+            raise PluginError(line)
         raise ValueError(f"Unknown benchmark {name!r}. Valid names are: {', '.join(BENCHMARKS)}.")
     return BENCHMARKS[key]
 

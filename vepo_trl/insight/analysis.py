@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +109,7 @@ def overlap_counts(
     strategy: str = "vepo",
     alpha: float = 0.7,
     seeds: torch.Tensor | None = None,
+    params: Mapping[str, object] | None = None,
 ) -> OverlapCounts:
     """Counts at `k = ratio` for a batch of responses: `signals` with `(B, T)` `entropy`, `perturbed_entropy` and
     `jsd`; `mask` `(B, T)` valid tokens. The selection is `strategy` at the same `k` and `alpha`."""
@@ -116,7 +117,7 @@ def overlap_counts(
         if getattr(signals, name) is None:
             raise ValueError(f"The selection analysis needs signals.{name}.")
     mask = mask.bool()
-    selected = select_tokens(strategy, signals, mask, ratio=ratio, alpha=alpha, seeds=seeds)
+    selected = select_tokens(strategy, signals, mask, ratio=ratio, alpha=alpha, seeds=seeds, params=params)
     jsd_total, entropy_misses, selection_misses = selection_miss_counts(signals, mask, selected, ratio)
     top_gap = top_k_mask(signals.entropy_gap.abs(), mask, ratio)
     top_entropy = top_k_mask(signals.entropy, mask, ratio)
@@ -164,6 +165,7 @@ class SelectionAnalysis:
     ratios: Sequence[float] = ANALYSIS_RATIOS
     strategy: str = "vepo"
     alpha: float = 0.7
+    strategy_params: Mapping[str, object] | None = None
     counts: dict[float, OverlapCounts] = field(default_factory=dict)
     entropy: list[torch.Tensor] = field(default_factory=list)
     jsd: list[torch.Tensor] = field(default_factory=list)
@@ -182,8 +184,9 @@ class SelectionAnalysis:
         mask = mask.bool()
         for ratio in self.ratios:
             self.counts[ratio] += overlap_counts(
-                signals, mask, ratio, strategy=self.strategy, alpha=self.alpha, seeds=seeds
-            )
+                signals, mask, ratio, strategy=self.strategy, alpha=self.alpha, seeds=seeds,
+                params=self.strategy_params,
+            )  # fmt: skip
         self.entropy.append(signals.entropy[mask].float().cpu())
         self.jsd.append(signals.jsd[mask].float().cpu())
         self.gap.append(signals.entropy_gap.abs()[mask].float().cpu())

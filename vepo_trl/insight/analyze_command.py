@@ -69,7 +69,9 @@ def run_analysis(model, processor, rows, settings, *, args):
     from .records import records_from_signals
     from .signals import completion_signals, encode_prompt
 
-    analysis = SelectionAnalysis(ratios=args.ratios, strategy=settings.strategy, alpha=settings.alpha)
+    analysis = SelectionAnalysis(
+        ratios=args.ratios, strategy=settings.strategy, alpha=settings.alpha, strategy_params=settings.strategy_params
+    )
     records = []
     start = time.perf_counter()
     for number, row in enumerate(rows):

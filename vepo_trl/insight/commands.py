@@ -48,6 +48,8 @@ def _settings(args, recipe: dict[str, Any]):
             seed=args.perturbation_seed,
             step=args.step,
             temperature=args.temperature,
+            strategy_params=getattr(args, "strategy_params", None),
+            perturbation_params=getattr(args, "perturbation_params", None),
         )
     except (TypeError, ValueError) as error:
         raise UsageError(str(error)) from None

@@ -9,6 +9,7 @@ caller (`SignalSettings`), as they come from `VEPOConfig` in a run.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -55,6 +56,8 @@ RECIPE_KEYS = {
     "temperature": "temperature",
     "scoring_tile_size": "tile_size",
     "num_generations": "num_generations",
+    "strategy_params": "strategy_params",
+    "perturbation_params": "perturbation_params",
 }
 
 
@@ -79,6 +82,9 @@ class SignalSettings:
     tile_size: int = 64
     # Rollouts per prompt: `gaussian_release` scales its noise by it, as in a run (the paper's 12)
     num_generations: int = 12
+    # The strategy's and the perturbation's own settings (a plug-in's), as `VEPOConfig` takes them
+    strategy_params: dict[str, Any] | None = None
+    perturbation_params: dict[str, Any] | None = None
 
     def __post_init__(self):
         if self.strategy not in SELECTION_STRATEGIES:
@@ -103,6 +109,17 @@ class SignalSettings:
             raise ValueError(f"temperature must be positive, got {self.temperature}")
         if self.tile_size < 1:
             raise ValueError(f"tile size must be a positive number of tokens, got {self.tile_size}")
+        from types import SimpleNamespace
+
+        from ..validation import check_rule_params
+
+        for name in ("strategy_params", "perturbation_params"):
+            if isinstance(getattr(self, name), str):  # JSON text, as the command line and TrainingArguments take it
+                object.__setattr__(self, name, json.loads(getattr(self, name)))
+        check_rule_params(
+            SimpleNamespace(selection_strategy=self.strategy, perturbation=self.perturbation,
+                            strategy_params=self.strategy_params, perturbation_params=self.perturbation_params)
+        )  # fmt: skip
 
     @classmethod
     def from_recipe(cls, recipe: Mapping[str, Any], **overrides) -> SignalSettings:
@@ -124,6 +141,8 @@ class SignalSettings:
             out["noise_sigma"] = self.noise_sigma
         elif self.perturbation == "patch_blackout":
             out["patch_probability"] = self.patch_probability
+        out.update({f"strategy {k}": v for k, v in sorted((self.strategy_params or {}).items())})
+        out.update({f"perturbation {k}": v for k, v in sorted((self.perturbation_params or {}).items())})
         out["temperature"] = self.temperature
         return out
 
@@ -333,7 +352,10 @@ def completion_signals(
         sequence = torch.cat([prompt["input_ids"].expand(len(completions), -1), ids], dim=1)
         token_mask = torch.cat([prompt["attention_mask"].bool().expand(len(completions), -1), mask], dim=1)
         seeds = row_seeds(sequence, token_mask, settings.seed, settings.step)
-    selected = select_tokens(strategy, signals, mask, ratio=settings.ratio, alpha=settings.alpha, seeds=seeds)
+    selected = select_tokens(
+        strategy, signals, mask, ratio=settings.ratio, alpha=settings.alpha, seeds=seeds,
+        params=settings.strategy_params,
+    )  # fmt: skip
     return ExampleSignals(completion_ids=ids, mask=mask, signals=signals, selected=selected)
 
 
@@ -359,6 +381,7 @@ def perturb_prompt_pixels(
         sigma=settings.noise_sigma,
         patch_probability=settings.patch_probability,
         num_generations=settings.num_generations,
+        **(settings.perturbation_params or {}),
     )
 
 

@@ -38,6 +38,7 @@ from .registry import (
     get_perturbation,
     perturb_pixel_values,
     perturbation_reads,
+    perturbation_settings,
     register_perturbation,
 )
 from .seeds import image_seeds, tile_seeds
@@ -59,6 +60,7 @@ __all__ = [
     "register_perturbation",
     "get_perturbation",
     "perturbation_reads",
+    "perturbation_settings",
     "perturb_pixel_values",
     "diffusion_alpha_bar",
     "annealed_noise_step",

@@ -9,6 +9,7 @@ from functools import lru_cache
 
 import torch
 
+from ..registry import Registry, call_with, keyword_settings
 from .layouts import ImageLayout, PixelLayout, PositionedPatchLayout
 
 
@@ -53,37 +54,51 @@ def annealed_noise_step(
 
 # fn(rows (R_i, row_size), grid (t, h, w), layout, generator, **params) -> perturbed rows, one image at a time
 PerturbationFn = Callable[..., torch.Tensor]
-PERTURBATIONS: dict[str, PerturbationFn] = {}
+PERTURBATIONS: Registry[PerturbationFn] = Registry("perturbation")
+# The settings the trainer gives every perturbation that declares them (from VEPOConfig's fields); any other keyword-only
+# parameter is the perturbation's own setting (`perturbation_params`)
+SUPPLIED_TO_PERTURBATIONS = ("noise_step", "sigma", "patch_probability", "num_generations")
 
 
 def register_perturbation(name: str):
-    """Register a perturbation under `name` (decorator). Registering a name twice is an error."""
+    """Register `fn(rows, grid, layout, generator, *, ...) -> rows` as the perturbation `name` (a decorator, exported
+    as `vepo_trl.register_perturbation`).
+
+    The contract: `fn` perturbs one image at a time. `rows` is that image's pixel values in the model's own layout
+    (Qwen's patch rows `(t*h*w, row_size)`, or a `(C, H, W)` tile), normalised as the processor leaves them; `grid` its
+    `(t, h, w)` where the layout has one; `layout` converts (`layout.to_unit(rows)` to [0, 1] pixels and
+    `layout.from_unit(x, dtype)` back, `layout.black(rows)`, `layout.pixel_noise(rows, grid, generator)`,
+    `layout.patch_drop(rows, generator, p)`); `generator` is a `torch.Generator` seeded per image and step, the only
+    source of randomness it may use. It returns a tensor shaped and typed like `rows`.
+
+    Keyword-only parameters are what it reads: `noise_step` (the annealed diffusion step), `sigma` (`noise_sigma`),
+    `patch_probability`, `num_generations`, and any others are its own settings, given as
+    `--perturbation_params '{"name": value}'` and checked against the signature. Registering a name twice is an
+    error."""
 
     def decorator(fn: PerturbationFn) -> PerturbationFn:
-        if name in PERTURBATIONS:
-            raise ValueError(f"A perturbation named {name!r} is already registered.")
-        PERTURBATIONS[name] = fn
+        PERTURBATIONS.add(name, fn, module=getattr(fn, "__module__", None))
         return fn
 
     return decorator
 
 
 def perturbation_reads(name: str) -> frozenset[str]:
-    """The settings a perturbation takes (`noise_step`, `sigma`, `patch_probability`, ...): its keyword-only
+    """The settings a perturbation takes (`noise_step`, `sigma`, `patch_probability`, its own): its keyword-only
     parameters, as its function declares them."""
-    import inspect
+    return frozenset(keyword_settings(get_perturbation(name)))
 
-    parameters = inspect.signature(get_perturbation(name)).parameters.values()
-    return frozenset(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+def perturbation_settings(name: str) -> dict[str, object]:
+    """A perturbation's own settings (`perturbation_params`), each with its default (`inspect.Parameter.empty`:
+    required)."""
+    return {k: v for k, v in keyword_settings(get_perturbation(name)).items() if k not in SUPPLIED_TO_PERTURBATIONS}
 
 
 def get_perturbation(name: str) -> PerturbationFn:
     """The registered perturbation `name` (`PERTURBATIONS`); an unknown name raises `ValueError` listing the
-    registered ones."""
-    try:
-        return PERTURBATIONS[name]
-    except KeyError:
-        raise ValueError(f"Unknown perturbation {name!r}. Valid perturbations: {sorted(PERTURBATIONS)}.") from None
+    registered ones (`PluginError` where a plug-in of that name failed to load)."""
+    return PERTURBATIONS.lookup(name)
 
 
 @register_perturbation("diffusion")
@@ -164,12 +179,30 @@ def perturb_pixel_values(
     `PositionedPatchLayout`, `pixel_values` are padded patch rows `(n_images, max_patches, row_size)` and
     `image_position_ids` says where each lies (-1: padding).
     `params` go to the
-    perturbation (`noise_step`, `sigma`, `patch_probability`); ones it does not use are ignored. Returns a new tensor
+    perturbation (`noise_step`, `sigma`, `patch_probability`, its own settings); ones it does not declare are not
+    passed. Returns a new tensor
     of the same shape and dtype.
     """
     layout = layout or PixelLayout()
     return layout.perturb(
-        get_perturbation(name), pixel_values, seed=seed, step=step, params=params, image_grid_thw=image_grid_thw,
+        _declared_call(name), pixel_values, seed=seed, step=step, params=params, image_grid_thw=image_grid_thw,
         image_sizes=image_sizes, tile_groups=tile_groups, pixel_attention_mask=pixel_attention_mask,
         image_position_ids=image_position_ids,
     )  # fmt: skip
+
+
+def _declared_call(name: str) -> PerturbationFn:
+    """The perturbation `name`, given only the settings it declares, its result checked against its contract."""
+    fn = get_perturbation(name)
+
+    def perturb_one(rows, grid, layout, generator, **params):
+        out = call_with(fn, rows, grid, layout, generator, **params)
+        if not isinstance(out, torch.Tensor) or out.shape != rows.shape:
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise TypeError(
+                f"Perturbation {name!r} returned {got} for an image of shape {tuple(rows.shape)}; a perturbation "
+                "returns a tensor of its input's shape."
+            )
+        return out.to(rows.dtype)
+
+    return perturb_one

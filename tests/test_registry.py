@@ -1,0 +1,149 @@
+"""The one registry mechanism (`vepo_trl.registry`): entry-point plug-ins loaded once and lazily, credited to their
+package, a broken one kept as one line until asked for; and a registered function given only what it declares."""
+
+import inspect
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from vepo_trl.registry import PluginError, Registry, call_with, keyword_settings
+
+
+def _plugin_site(tmp_path, entry_points: str, modules: dict[str, str]):
+    for name, code in modules.items():
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(code))
+    info = tmp_path / "demo_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(textwrap.dedent(entry_points))
+    return tmp_path
+
+
+def _run(site, code: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(site), "PATH": ""},
+    )
+
+
+def test_plugins_load_on_first_read_and_are_credited(tmp_path):
+    site = _plugin_site(
+        tmp_path,
+        """
+        [vepo_trl.strategies]
+        keep_first = demo_rules:keep_first
+        broken = demo_missing:rule
+        """,
+        {
+            "demo_rules": """
+                import sys
+                from vepo_trl import register_strategy
+                sys.modules["vepo_trl"].LOADED = True
+
+                @register_strategy("keep_first", count="all")
+                def keep_first(signals, mask, *, first=1):
+                    "The first tokens."
+                    out = mask.clone()
+                    out[:, first:] = False
+                    return out
+            """,
+            "demo_missing": "raise RuntimeError('this plug-in is broken\\non two lines')\n",
+        },
+    )
+    result = _run(
+        site,
+        """
+        import vepo_trl
+        from vepo_trl.scoring import SELECTION_STRATEGIES, get_strategy
+        assert not hasattr(vepo_trl, "LOADED")  # importing the registry's module loads no plug-in
+        assert "keep_first" in SELECTION_STRATEGIES  # the first read does
+        assert vepo_trl.LOADED
+        print(SELECTION_STRATEGIES.source("keep_first"), SELECTION_STRATEGIES.source("vepo"))
+        print(get_strategy("keep_first").settings)
+        try:
+            get_strategy("broken")
+        except vepo_trl.PluginError as error:
+            print(error)
+        try:
+            get_strategy("nothing")
+        except ValueError as error:
+            print(type(error).__name__, str(error).split(". ")[0])
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "demo-plugin vepo_trl"
+    assert lines[1] == "{'first': 1}"
+    assert lines[2] == (
+        "the selection strategy plug-in 'broken' (demo-plugin: broken = demo_missing:rule) failed to load: "
+        "RuntimeError: this plug-in is broken on two lines"
+    )
+    assert lines[3] == "ValueError Unknown selection strategy 'nothing'"
+
+
+def test_a_plugin_that_registers_nothing_or_another_name_is_broken(tmp_path):
+    site = _plugin_site(
+        tmp_path,
+        """
+        [vepo_trl.perturbations]
+        quiet = demo_quiet:nothing
+        """,
+        {"demo_quiet": "nothing = None\n"},
+    )
+    result = _run(
+        site,
+        """
+        from vepo_trl.perturb import PERTURBATIONS
+        print(sorted(PERTURBATIONS.broken().values()))
+        print("diffusion" in PERTURBATIONS)
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "loaded, but registered no perturbation named 'quiet'" in result.stdout
+    assert result.stdout.splitlines()[1] == "True"
+
+
+def test_registry_mapping_and_errors():
+    registry = Registry("widget")
+    registry.add("a", 1, module="pkg.sub")
+    assert dict(registry) == {"a": 1} and registry.source("a") == "pkg"
+    with pytest.raises(ValueError, match=r"already registered \(by pkg\)"):
+        registry.add("a", 2)
+    with pytest.raises(ValueError, match="non-empty name"):
+        registry.add(" b", 2)
+    with pytest.raises(ValueError, match=r"Unknown widget 'c'\. Valid widgets: a\."):
+        registry.lookup("c")
+    assert registry.pop("a") == 1 and "a" not in registry
+    assert issubclass(PluginError, ValueError)
+
+
+def test_a_function_gets_only_the_keywords_it_declares():
+    def strict(x, *, ratio, own=3):
+        return (x, ratio, own)
+
+    def loose(x, **kwargs):
+        return sorted(kwargs)
+
+    assert call_with(strict, 1, ratio=0.2, alpha=0.7, seeds=None) == (1, 0.2, 3)
+    assert call_with(loose, 1, ratio=0.2, alpha=0.7) == ["alpha", "ratio"]
+    assert keyword_settings(strict) == {"ratio": inspect.Parameter.empty, "own": 3}
+
+
+def test_the_public_decorators_are_exported():
+    import vepo_trl
+    from vepo_trl.eval.benchmarks import register_benchmark
+    from vepo_trl.perturb import register_perturbation
+    from vepo_trl.rewards import register_reward
+    from vepo_trl.scoring import register_strategy
+
+    assert vepo_trl.register_strategy is register_strategy
+    assert vepo_trl.register_perturbation is register_perturbation
+    assert vepo_trl.register_benchmark is register_benchmark
+    assert vepo_trl.register_reward is register_reward
+    for name in ("register_lab_task", "register_synthetic_task", "Benchmark", "Example", "TokenSignals", "top_k_mask"):
+        assert name in vepo_trl.__all__ and getattr(vepo_trl, name) is not None

@@ -1,0 +1,200 @@
+"""The one registry mechanism behind every name a run can choose (strategies, perturbations, benchmarks, rewards, lab
+tasks), and the plug-ins other packages add through entry points. Layer 0: no torch import.
+
+A package adds a rule by registering it with the public decorators (`vepo_trl.register_strategy`, ...) in a module,
+and naming that object under one of `GROUPS` in its metadata, as pytest and datasets plug-ins do::
+
+    [project.entry-points."vepo_trl.strategies"]
+    my_rule = "my_rules:my_rule"
+
+The group is read once, when its registry is first read (never at import): loading the entry point imports the module,
+whose decorator registers the rule under the entry point's name. A plug-in that fails to import, or registers a name
+already taken, is kept as one line (package, entry point, error) that the registry raises where that name is asked for;
+every other name, and every command that does not use it, works as before.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Generic, TypeVar
+
+
+__all__ = ["GROUPS", "PluginError", "Registry", "call_with", "keyword_settings", "plugin_entry_points"]
+
+T = TypeVar("T")
+
+# The entry-point group each plug-in registry reads
+GROUPS = {
+    "selection strategy": "vepo_trl.strategies",
+    "perturbation": "vepo_trl.perturbations",
+    "benchmark": "vepo_trl.benchmarks",
+    "reward function": "vepo_trl.rewards",
+}
+
+# The package whose entry point is being loaded: what a registration made meanwhile is credited to
+_LOADING: list[str] = []
+
+
+class PluginError(ValueError):
+    """A plug-in named on the command line (or in a recipe) that could not be loaded: one line that says which package,
+    which entry point and what failed."""
+
+
+def plugin_entry_points() -> list[tuple[str, str, str, str, str]]:
+    """(group, name, value, package, version) of every installed entry point in `GROUPS`, sorted: what the saved
+    early-check tables are keyed on, so installing or removing a plug-in makes them again."""
+    from importlib.metadata import entry_points
+
+    found = []
+    for group in GROUPS.values():
+        for point in entry_points(group=group):
+            dist = getattr(point, "dist", None)
+            found.append((group, point.name, point.value, _package(point), getattr(dist, "version", "") or ""))
+    return sorted(found)
+
+
+def _package(point) -> str:
+    dist = getattr(point, "dist", None)
+    return (getattr(dist, "name", None) or point.value.split(":")[0].split(".")[0]) if dist else point.value
+
+
+class Registry(Mapping[str, T], Generic[T]):
+    """Names to registered objects, read as a mapping. `kind` names the objects in messages ("selection strategy");
+    a kind in `GROUPS` also takes plug-ins, loaded on the first read. `source(name)` is the package that registered
+    `name` (`vepo_trl` for the built-in ones)."""
+
+    def __init__(self, kind: str, *, plural: str | None = None):
+        self.kind = kind
+        self.plural = plural or f"{kind}s"
+        self.group = GROUPS.get(kind)
+        self._entries: dict[str, T] = {}
+        self._sources: dict[str, str] = {}
+        self._broken: dict[str, str] = {}
+        self._loaded = self.group is None
+
+    # -- writing -----------------------------------------------------------------------------------------------------
+
+    def add(self, name: str, value: T, *, module: str | None = None) -> T:
+        """Register `value` under `name`; a name registered twice is an error (a typo cannot replace a rule)."""
+        if not isinstance(name, str) or not name or name != name.strip():
+            raise ValueError(f"A {self.kind} needs a non-empty name without surrounding spaces, got {name!r}.")
+        if name in self._entries:
+            raise ValueError(
+                f"A {self.kind} named {name!r} is already registered (by {self._sources[name]}); choose another name."
+            )
+        self._entries[name] = value
+        self._sources[name] = _LOADING[-1] if _LOADING else (module or "").split(".")[0] or "__main__"
+        return value
+
+    def pop(self, name: str, default=None):
+        """Unregister `name` (a test's or a notebook's own registration, undone); its object, else `default`."""
+        self._sources.pop(name, None)
+        return self._entries.pop(name, default)
+
+    # -- reading -----------------------------------------------------------------------------------------------------
+
+    def __getitem__(self, name: str) -> T:
+        self.load_plugins()
+        return self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        self.load_plugins()
+        return iter(list(self._entries))
+
+    def __len__(self) -> int:
+        self.load_plugins()
+        return len(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        self.load_plugins()
+        return name in self._entries
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, {sorted(self._entries)})"
+
+    def lookup(self, name: str) -> T:
+        """The object registered under `name`; else `PluginError` where a plug-in of that name failed to load, or
+        `ValueError` listing the registered names."""
+        if name in self:
+            return self._entries[name]
+        if name in self._broken:
+            raise PluginError(self._broken[name])
+        raise ValueError(f"Unknown {self.kind} {name!r}. Valid {self.plural}: {', '.join(sorted(self))}.")
+
+    def source(self, name: str) -> str:
+        """The package that registered `name`."""
+        self.load_plugins()
+        return self._sources[name]
+
+    def broken(self) -> dict[str, str]:
+        """The plug-ins that failed to load, by entry-point name: one line each."""
+        self.load_plugins()
+        return dict(self._broken)
+
+    def broken_line(self, name: object) -> str | None:
+        """Why `name` is not registered where a plug-in of that name failed to load, else None."""
+        return self.broken().get(name) if isinstance(name, str) else None
+
+    # -- plug-ins ----------------------------------------------------------------------------------------------------
+
+    def load_plugins(self) -> None:
+        """Load this registry's entry points, once. A failure is kept, not raised (see `lookup`)."""
+        if self._loaded:
+            return
+        self._loaded = True  # before loading: a plug-in that reads this registry while it loads does not recurse
+        from importlib.metadata import entry_points
+
+        for point in entry_points(group=self.group):
+            package = _package(point)
+            where = f"the {self.kind} plug-in {point.name!r} ({package}: {point.name} = {point.value})"
+            if point.name in self._entries and self._sources.get(point.name) == package:
+                continue  # registered already, when another group's entry point imported the same module
+            with _crediting(package):
+                try:
+                    point.load()
+                except Exception as error:  # noqa: BLE001 - any failure of someone else's code is that plug-in's
+                    message = " ".join(str(error).split()) or type(error).__name__
+                    self._broken[point.name] = f"{where} failed to load: {type(error).__name__}: {message}"
+                    continue
+            if point.name not in self._entries:
+                self._broken[point.name] = f"{where} loaded, but registered no {self.kind} named {point.name!r}"
+            elif self._sources[point.name] != package:
+                self._broken[point.name] = (
+                    f"{where} failed to load: the name {point.name!r} is taken by {self._sources[point.name]}"
+                )
+
+
+@contextmanager
+def _crediting(package: str):
+    _LOADING.append(package)
+    try:
+        yield
+    finally:
+        _LOADING.pop()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A registered function's own settings
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def keyword_settings(fn: Callable) -> dict[str, object]:
+    """The keyword-only parameters of `fn` (what it reads), each with its default (`inspect.Parameter.empty` where it
+    has none)."""
+    return {
+        p.name: p.default
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+
+
+def call_with(fn: Callable, *args, **available):
+    """`fn(*args, **available)`, passing only the keywords `fn` declares (all of them where it takes `**kwargs`): a
+    registered function names what it reads, and needs no `**_` for the rest."""
+    parameters = inspect.signature(fn).parameters.values()
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        names = {p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+        available = {key: value for key, value in available.items() if key in names}
+    return fn(*args, **available)

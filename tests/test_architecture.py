@@ -165,3 +165,24 @@ def test_the_test_name_rule_finds_the_module():
     assert module_under_test(Path("test_trl_compat_checkpoint.py")) == "trl_compat_checkpoint"
     assert module_under_test(Path("test_trainer_loss.py")) == "trainer"
     assert module_under_test(Path("test_loss_semantics.py")) is None
+
+
+def test_no_private_name_is_imported_from_another_folder():
+    # A folder's private names are its own: a command reads the insight library, the eval code the data loaders,
+    # through what they export (`vepo-trl inspect` once imported 18 private helpers of insight/)
+    crossings = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.level):
+                continue
+            base = path.parent
+            for _ in range(node.level - 1):
+                base = base.parent
+            target = base.joinpath(*node.module.split(".")) if node.module else base
+            folder = target if target.is_dir() else target.parent
+            crossings += [
+                f"{path.relative_to(ROOT)}: {node.module}.{alias.name}"
+                for alias in node.names
+                if folder != path.parent and alias.name.startswith("_") and not alias.name.startswith("__")
+            ]
+    assert crossings == []

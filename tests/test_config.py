@@ -236,3 +236,25 @@ def test_defaults_raise_no_future_warning_and_keep_trls_checkpointing(tmp_path):
         warnings.simplefilter("ignore", FutureWarning)
         old = VEPOConfig(output_dir=str(tmp_path), use_cpu=True, gradient_checkpointing=False)
     assert old.activation_checkpointing is False and old.gradient_checkpointing is False
+
+
+def test_the_hand_written_name_lists_follow_the_registries():
+    # The names a reader sees in the config's docstring, its --help and the recipes' ablation table are the
+    # registries' own: a strategy or perturbation added (or removed) in its module fails here until they say so
+    import re
+
+    from tests.support import REPO
+    from vepo_trl.perturb import PERTURBATIONS
+    from vepo_trl.scoring import SELECTION_STRATEGIES
+
+    helps = {f.name: f.metadata["help"] for f in VEPO_FIELDS}
+    docstring = VEPOConfig.__doc__
+    for field, registry in (("selection_strategy", SELECTION_STRATEGIES), ("perturbation", PERTURBATIONS)):
+        builtin = {name for name in registry if registry.source(name) == "vepo_trl"}
+        section = docstring[docstring.index(f"{field} (`") :].split("\n        ", 1)[1].split(" (`", 1)[0]
+        assert set(re.findall(r'`"([a-z_0-9]+)"`', section)) == builtin, field
+        listed = set(re.findall(r"[a-z][a-z_0-9]+", helps[field])) & builtin
+        assert listed == builtin, (field, builtin - listed)
+    table = (REPO / "recipes" / "README.md").read_text().split("## Ablations", 1)[1]
+    ablations = {name for name in SELECTION_STRATEGIES if name.startswith("vepo_")}
+    assert set(re.findall(r"--selection_strategy (vepo_[a-z_]+)", table)) == ablations

@@ -11,7 +11,8 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 from vepo_trl.builtin.tiny_models import build_tiny
 from vepo_trl.cli import main
 from vepo_trl.families import get_family, pixel_layout, supported_families
-from vepo_trl.insight import commands, load_records
+from vepo_trl.insight import load_records
+from vepo_trl.insight import runs as commands
 from vepo_trl.insight.signals import (
     SignalSettings,
     completion_signals,
@@ -152,10 +153,11 @@ def no_model_loading(monkeypatch):
 
     # The command modules bind the name when first imported: patched there too, after importing them (a first import
     # under this patch would otherwise keep `refuse` for the rest of the session)
-    from vepo_trl.insight import analyze_command, inspect_command
+    from vepo_trl.commands import analyze as analyze_command
+    from vepo_trl.commands import inspect as inspect_command
 
     for module in (commands, inspect_command, analyze_command):
-        monkeypatch.setattr(module, "_load_model", refuse)
+        monkeypatch.setattr(module, "load_model", refuse)
 
 
 @pytest.mark.parametrize(
@@ -246,17 +248,17 @@ def test_pixel_bounds_come_from_flags_then_recipe_then_paper():
     from argparse import Namespace
 
     recipe = {"min_pixels": 3136, "max_pixels": 50176}
-    assert commands._pixel_bounds(Namespace(min_pixels=None, max_pixels=None), recipe) == recipe
-    assert commands._pixel_bounds(Namespace(min_pixels=784, max_pixels=None), recipe) == {
+    assert commands.pixel_bounds(Namespace(min_pixels=None, max_pixels=None), recipe) == recipe
+    assert commands.pixel_bounds(Namespace(min_pixels=784, max_pixels=None), recipe) == {
         "min_pixels": 784,
         "max_pixels": 50176,
     }
-    assert commands._pixel_bounds(Namespace(min_pixels=None, max_pixels=None), {}) == {
+    assert commands.pixel_bounds(Namespace(min_pixels=None, max_pixels=None), {}) == {
         "min_pixels": 262_144,
         "max_pixels": 1_000_000,
     }
     with pytest.raises(commands.UsageError, match="exceeds"):
-        commands._pixel_bounds(Namespace(min_pixels=9000, max_pixels=4000), {})
+        commands.pixel_bounds(Namespace(min_pixels=9000, max_pixels=4000), {})
 
 
 # ---------------------------------------------------------------------------------------------------------------------

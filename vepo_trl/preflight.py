@@ -236,12 +236,12 @@ def pixel_bounds(script_args, dataset_name: str | None) -> dict[str, int]:
 
 def _check_hub_dataset(field_name: str, name: str) -> None:
     """A Hub data set that is neither cached nor downloadable (offline): one line now, not a minute of retries."""
-    from .data.loaders import _NAME_ALIASES, HUB_DATASETS, PAPER_MIX, PAPER_MIX_NAME
+    from .data.loaders import HUB_DATASETS, NAME_ALIASES, PAPER_MIX, PAPER_MIX_NAME
 
     key = name.strip().lower()
     if Path(name).expanduser().exists():
         return
-    names = [part for part, _ in PAPER_MIX] if key == PAPER_MIX_NAME else [_NAME_ALIASES[key]]
+    names = [part for part, _ in PAPER_MIX] if key == PAPER_MIX_NAME else [NAME_ALIASES[key]]
     missing = [HUB_DATASETS[n].repo_id for n in names if not _hub_dataset_cached(HUB_DATASETS[n].repo_id)]
     reason = hub_unreachable() if missing else None
     if reason:
@@ -369,13 +369,13 @@ def _check_model_family(model_args, training_args) -> None:
 
 
 def is_known_dataset(name: str) -> bool:
-    from .data.loaders import _NAME_ALIASES, PAPER_MIX_NAME
+    from .data.loaders import NAME_ALIASES, PAPER_MIX_NAME
 
     key = name.strip().lower()
-    return key in _NAME_ALIASES or key == PAPER_MIX_NAME or Path(name).expanduser().exists()
+    return key in NAME_ALIASES or key == PAPER_MIX_NAME or Path(name).expanduser().exists()
 
 
 def dataset_name_problem(name: str) -> str:
-    from .data.loaders import _accepted_names
+    from .data.loaders import accepted_names
 
-    return f"no such data set or file; accepted: {_accepted_names()}, synthetic, or lab"
+    return f"no such data set or file; accepted: {accepted_names()}, synthetic, or lab"

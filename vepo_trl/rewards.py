@@ -112,7 +112,7 @@ def get_reward_funcs(names: Sequence[str] | str) -> list[Callable[..., list[floa
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def _content_to_text(content: Any) -> str:
+def content_to_text(content: Any) -> str:
     """Text of a message ``content``: a string, or a list of parts such as ``{"type": "text", "text": ...}``."""
     if content is None:
         return ""
@@ -146,10 +146,10 @@ def completion_to_text(completion: Any) -> str:
     if isinstance(completion, str):
         return completion
     if isinstance(completion, dict):
-        return _content_to_text(completion.get("content"))
+        return content_to_text(completion.get("content"))
     if isinstance(completion, Sequence):
         texts = [
-            _content_to_text(message.get("content"))
+            content_to_text(message.get("content"))
             for message in completion
             if isinstance(message, dict) and message.get("role", "assistant") == "assistant"
         ]

@@ -1157,7 +1157,7 @@ def _allows_none(annotation) -> bool:
     return any(part in str(annotation) for part in ("None", "Optional"))
 
 
-def _annotations(cls) -> dict:
+def field_annotations(cls) -> dict:
     """The fields' types as the classes declare them: transformers' argument parser rewrites `field.type` in place
     (`float | None` becomes `float`), so they are read from the class annotations."""
     import typing
@@ -1207,7 +1207,7 @@ def rules_for(*dataclass_types) -> dict[str, Rule]:
 def _class_rules(cls) -> dict[str, Rule]:
     """One class's rules, derived once per process (every config built, every parse reads them)."""
     rules = {}
-    annotations = _annotations(cls)
+    annotations = field_annotations(cls)
     for field in dataclasses.fields(cls):
         if not field.init:
             continue

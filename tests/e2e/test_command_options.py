@@ -63,8 +63,11 @@ def options(command: str) -> dict[str, argparse.Action]:
 def every_command_stops_at_loading(monkeypatch, tmp_path_factory):
     """Every place a command loads a model, data or starts its work raises `Reached`."""
     from vepo_trl.builtin import warm_start
+    from vepo_trl.commands import analyze as analyze_command
+    from vepo_trl.commands import inspect as inspect_command
+    from vepo_trl.commands import plot as plot_command
     from vepo_trl.eval import run as eval_run
-    from vepo_trl.insight import analyze_command, commands, inspect_command, plot_command
+    from vepo_trl.insight import runs as commands
     from vepo_trl.lab import experiment as lab_run
 
     monkeypatch.setenv("VEPO_TRL_CACHE", str(run_cache(tmp_path_factory)))
@@ -77,11 +80,11 @@ def every_command_stops_at_loading(monkeypatch, tmp_path_factory):
         (train_module, "load_model"),
         (train_module, "load_dataset_split"),
         (eval_run, "_make_generator"),
-        (commands, "_load_model"),
-        (inspect_command, "_load_rows"),
-        (analyze_command, "_load_rows"),
-        (inspect_command, "_load_model"),
-        (analyze_command, "_load_model"),
+        (commands, "load_model"),
+        (inspect_command, "load_rows"),
+        (analyze_command, "load_rows"),
+        (inspect_command, "load_model"),
+        (analyze_command, "load_model"),
         (plot_command, "plot_runs"),
         (lab_run, "run_lab"),
         (lab_run, "run_sweep"),
@@ -225,6 +228,8 @@ def option_values(place: Place, command: str, name: str, action: argparse.Action
         return ["nan", "abc", "2"] if bad else ["0.5"]
     if rule.kind == "device":
         return ["1", "warp:0"] if bad else ["cpu"]
+    if rule.kind == "mapping":  # JSON of a mapping (a strategy's own settings: none for vepo)
+        return ["[1]", "{bad"] if bad else ["{}"]
     values = bad_numbers(rule) if bad else [good_number(rule)]
     return [value for value in values if value is not None]
 
@@ -367,10 +372,10 @@ def object_typed_recipe_keys() -> list[str]:
 
     from vepo_trl.config import VEPOConfig
     from vepo_trl.train import VEPOScriptArguments
-    from vepo_trl.validation import _annotations, _yaml_forms
+    from vepo_trl.validation import _yaml_forms, field_annotations
 
     return sorted(key for cls in (VEPOScriptArguments, VEPOConfig, ModelConfig)
-                  for key, annotation in _annotations(cls).items() if "object" in (_yaml_forms(annotation) or ()))  # fmt: skip
+                  for key, annotation in field_annotations(cls).items() if "object" in (_yaml_forms(annotation) or ()))  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", ["bool", "number", "text", "mapping"])

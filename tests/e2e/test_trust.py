@@ -309,10 +309,11 @@ def test_ctrl_c_is_one_line_saying_what_was_saved(tmp_path, stop, status, word):
 
 
 def test_inspect_index_beyond_the_synthetic_rows_fails_before_generating(tmp_path, monkeypatch, capsys):
-    from vepo_trl.insight import commands, inspect_command
+    from vepo_trl.commands import inspect as inspect_command
+    from vepo_trl.insight import runs as commands
 
-    monkeypatch.setattr(inspect_command, "_load_rows", lambda *a, **k: pytest.fail("rows generated"))
-    monkeypatch.setattr(commands, "_load_model", lambda *a, **k: pytest.fail("model loaded"))
+    monkeypatch.setattr(inspect_command, "load_rows", lambda *a, **k: pytest.fail("rows generated"))
+    monkeypatch.setattr(commands, "load_model", lambda *a, **k: pytest.fail("model loaded"))
     start = time.perf_counter()
     code, out, err = run_cli(
         ["inspect", "--model", "tiny-qwen2.5-vl", "--dataset", "synthetic", "--index", "100000"], capsys
@@ -322,7 +323,7 @@ def test_inspect_index_beyond_the_synthetic_rows_fails_before_generating(tmp_pat
 
 
 def test_synthetic_rows_default_is_the_training_default():
-    from vepo_trl.insight.commands import SYNTHETIC_ROWS
+    from vepo_trl.insight import SYNTHETIC_ROWS
 
     assert SYNTHETIC_ROWS == train_module.VEPOScriptArguments().synthetic_rows
 

@@ -460,7 +460,7 @@ def test_the_summary_names_the_tiny_model_not_its_cache_path(tmp_path, capsys):
 
 
 def test_inspect_never_replaces_an_earlier_page_it_was_not_asked_to(tmp_path, capsys, monkeypatch):
-    from vepo_trl.insight.inspect_command import _unused_page_name
+    from vepo_trl.commands.inspect import _unused_page_name
 
     monkeypatch.chdir(tmp_path)
     assert str(_unused_page_name()) == "vepo-inspect.html"

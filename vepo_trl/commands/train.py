@@ -179,10 +179,10 @@ def _parse(command: str, argv: list[str]):
 
         from ..config import VEPOConfig
         from ..train import VEPOScriptArguments
-        from ..validation import _annotations, recipe_values
+        from ..validation import field_annotations, recipe_values
 
         declared = {
-            k: v for cls in (VEPOScriptArguments, VEPOConfig, ModelConfig) for k, v in _annotations(cls).items()
+            k: v for cls in (VEPOScriptArguments, VEPOConfig, ModelConfig) for k, v in field_annotations(cls).items()
         }
         try:
             checked = recipe_values(recipe, declared)

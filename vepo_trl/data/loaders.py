@@ -132,7 +132,7 @@ HUB_DATASETS: dict[str, HubDataset] = {
 PAPER_MIX = (("geometry3k", "train"), ("k12", "mini_train"))
 PAPER_MIX_NAME = "paper_mix"
 
-_NAME_ALIASES = {
+NAME_ALIASES = {
     **{name: name for name in HUB_DATASETS},
     **{spec.repo_id.lower(): name for name, spec in HUB_DATASETS.items()},
     "k12-freeform": "k12",
@@ -172,7 +172,7 @@ class UnusableRowsError(ValueError):
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def _read_image(value: Any, base_dir: str | os.PathLike | None) -> Image.Image:
+def read_image(value: Any, base_dir: str | os.PathLike | None) -> Image.Image:
     """Open one image given as a PIL image, `{"bytes", "path"}` dict, bytes, path, data URI or array."""
     if isinstance(value, Image.Image):
         image = value
@@ -253,7 +253,7 @@ def prepare_image(
     `min_pixels <= width * height <= max_pixels`. Raises `UnusableRowError` if the image cannot be used.
     """
     try:
-        image = to_rgb(_read_image(image, base_dir))
+        image = to_rgb(read_image(image, base_dir))
     except UnusableRowError:
         raise
     except Exception as err:  # Pillow signals bad data with many exception types (OSError, ValueError, SyntaxError...)
@@ -468,15 +468,15 @@ def _resolve_columns(column_names: Sequence[str], source: str) -> _Columns:
     )
 
 
-def _without_decoding(feature: Any) -> Any:
+def without_decoding(feature: Any) -> Any:
     """Same feature with image decoding turned off, so that corrupt bytes reach the converter instead of crashing."""
     if isinstance(feature, datasets.Image):
         return datasets.Image(mode=feature.mode, decode=False)
     if isinstance(feature, datasets.List | datasets.LargeList):
         kwargs = {"length": feature.length} if isinstance(feature, datasets.List) else {}
-        return type(feature)(_without_decoding(feature.feature), **kwargs)
+        return type(feature)(without_decoding(feature.feature), **kwargs)
     if isinstance(feature, dict):
-        return {key: _without_decoding(value) for key, value in feature.items()}
+        return {key: without_decoding(value) for key, value in feature.items()}
     return feature
 
 
@@ -561,8 +561,8 @@ def convert_dataset(
     kept = [name for name in dataset.column_names if name not in consumed]
     for name in (columns.image, *kept):  # images stay undecoded bytes until they are read (never, for extra ones)
         feature = dataset.features.get(name)
-        if feature is not None and _without_decoding(feature) != feature:
-            dataset = dataset.cast_column(name, _without_decoding(feature))
+        if feature is not None and without_decoding(feature) != feature:
+            dataset = dataset.cast_column(name, without_decoding(feature))
     if kept:
         logger.info("%s: kept the columns %s beside the prompt, images and answer", where, kept)
     total = len(dataset)
@@ -617,7 +617,7 @@ def convert_dataset(
     return converted.remove_columns([_DROP_COLUMN, _DETAIL_COLUMN])
 
 
-def _accepted_names() -> str:
+def accepted_names() -> str:
     names = [*HUB_DATASETS, PAPER_MIX_NAME, *(spec.repo_id for spec in HUB_DATASETS.values())]
     return (
         f"{', '.join(repr(name) for name in names)}, a local .json/.jsonl/.parquet file, or a local directory "
@@ -726,8 +726,8 @@ def load_vepo_dataset(
         # The parts' own extra columns differ (Geometry3K's choices): the mix keeps the columns they share
         shared = [name for name in parts[0].column_names if all(name in part.column_names for part in parts)]
         return datasets.concatenate_datasets([part.select_columns(shared) for part in parts]).shuffle(seed=seed)
-    if key in _NAME_ALIASES:
-        name = _NAME_ALIASES[key]
+    if key in NAME_ALIASES:
+        name = NAME_ALIASES[key]
         return convert_dataset(_load_hub(name, split, load_kwargs), source=name, split=split, **options)
     path = Path(name_or_path).expanduser()
     if path.exists():
@@ -739,7 +739,7 @@ def load_vepo_dataset(
         )
     looks_like_path = os.sep in name_or_path or _file_suffix(Path(name_or_path)) in _LOCAL_FILE_BUILDERS
     problem = "no such file or directory" if looks_like_path else "unknown data set"
-    raise ValueError(f"{problem}: {name_or_path!r}; accepted: {_accepted_names()}")
+    raise ValueError(f"{problem}: {name_or_path!r}; accepted: {accepted_names()}")
 
 
 __all__ = [

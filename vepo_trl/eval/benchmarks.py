@@ -27,7 +27,7 @@ from typing import Any
 
 import datasets
 
-from ..data.loaders import IMAGE_PLACEHOLDER, _without_decoding
+from ..data.loaders import IMAGE_PLACEHOLDER, without_decoding
 from ..errors import UsageError
 from ..registry import PluginError, Registry
 
@@ -290,7 +290,7 @@ def _hub_cached(repo_id: str) -> bool:
 def _undecoded(dataset: datasets.Dataset) -> datasets.Dataset:
     # Images stay bytes until an example is prompted; corrupt bytes then fail on that row only
     for name, feature in dataset.features.items():
-        plain = _without_decoding(feature)
+        plain = without_decoding(feature)
         if plain != feature:
             dataset = dataset.cast_column(name, plain)
     return dataset

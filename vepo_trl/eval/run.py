@@ -333,9 +333,9 @@ def release_image(image, min_pixels: int, max_pixels: int):
     512x512 image reaches the model as 504x504 (a 28-rounding `smart_resize` at 262,144 pixels made it 532x532)."""
     import math
 
-    from ..data.loaders import MAX_RATIO, _read_image
+    from ..data.loaders import MAX_RATIO, read_image
 
-    image = _read_image(image, None).convert("RGB")
+    image = read_image(image, None).convert("RGB")
     size = image.size
     if image.width * image.height > max_pixels:
         factor = math.sqrt(max_pixels / (image.width * image.height))

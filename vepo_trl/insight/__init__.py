@@ -4,8 +4,10 @@
 - `signals`: the trainer's signals for given completions of one prompt (`completion_signals`), outside training.
 - `page`: one self-contained HTML page of records (`write_page`).
 - `analysis`: the paper's selection analysis (`SelectionAnalysis`, `overlap_counts`); `plots`: training curves.
-- `inspect_command`, `analyze_command`, `plot_command`: `vepo-trl inspect`, `analyze` and `plot`; `commands`: what
-  they share (arguments, checks, loading).
+- `runs`: a model run outside training: a recipe's settings (`signal_settings`), data rows (`load_rows`), the model
+  (`load_model`), sampled responses (`sample_completions`) and their rewards (`score_rewards`).
+
+`vepo-trl inspect`, `analyze` and `plot` (`vepo_trl.commands`) are built on these exports alone.
 
 `analysis` and `plots` import matplotlib when they draw; nothing here imports TRL's trainers.
 """
@@ -15,6 +17,26 @@ from ..utils import lazy_exports
 
 # Loaded on first use (PEP 562): `inspect`, `analyze` and `plot` parse their options before torch is imported
 _EXPORTS = {
+    "SelectionAnalysis": "analysis",
+    "overlap_counts": "analysis",
+    "FIGURES": "plots",
+    "load_run": "plots",
+    "plot_runs": "plots",
+    "SignalSettings": "signals",
+    "build_messages": "signals",
+    "completion_signals": "signals",
+    "encode_prompt": "signals",
+    "encode_responses": "signals",
+    "SYNTHETIC_DATASET": "runs",
+    "SYNTHETIC_ROWS": "runs",
+    "dataset_bounds": "runs",
+    "load_model": "runs",
+    "load_rows": "runs",
+    "pixel_bounds": "runs",
+    "read_recipe": "runs",
+    "sample_completions": "runs",
+    "score_rewards": "runs",
+    "signal_settings": "runs",
     "render_page": "page",
     "write_page": "page",
     "SelectionRecord": "records",

@@ -196,13 +196,13 @@ def image_to_data_uri(image, max_side: int = 320) -> str:
 
 def prompt_text(prompt: Any) -> str:
     """The user's words of a prompt: a string as is; for a conversation, the text parts of its user messages."""
-    from ..rewards import _content_to_text
+    from ..rewards import content_to_text
 
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, Sequence):
         texts = [
-            _content_to_text(message.get("content"))
+            content_to_text(message.get("content"))
             for message in prompt
             if isinstance(message, Mapping) and message.get("role") == "user"
         ]

@@ -1,6 +1,6 @@
-"""What `vepo-trl inspect`, `analyze` and `plot` share: one-line errors, the common arguments, their checks, and the
-loading of a model and data rows. The commands themselves are in `inspect_command`, `analyze_command` and
-`plot_command`.
+"""Running a model outside training, as `vepo-trl inspect` and `analyze` do (and any script can): a recipe's selection
+settings, image bounds, data rows, the model and its processor, sampled responses and their rewards. The commands
+themselves are in `vepo_trl.commands` and use these through the package's exports (`vepo_trl.insight`).
 
 Every argument is checked before a model loads; bad input ends with one line, `vepo-trl <command>: error: ...`, on
 stderr and exit code 2.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import UsageError, fail  # noqa: F401  (the commands' one-line errors, re-exported)
+from ..errors import UsageError
 from ..local_models import is_builtin_model
 
 
@@ -26,13 +26,13 @@ SYNTHETIC_ROWS = 256
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _read_recipe(path: str) -> dict[str, Any]:
+def read_recipe(path: str) -> dict[str, Any]:
     from ..files import read_recipe
 
     return read_recipe(path)
 
 
-def _settings(args, recipe: dict[str, Any]):
+def signal_settings(args, recipe: dict[str, Any]):
     from .signals import SignalSettings
 
     try:
@@ -55,7 +55,7 @@ def _settings(args, recipe: dict[str, Any]):
         raise UsageError(str(error)) from None
 
 
-def _pixel_bounds(args, recipe: dict[str, Any]) -> dict[str, int]:
+def pixel_bounds(args, recipe: dict[str, Any]) -> dict[str, int]:
     """Image resize bounds: the flags, else the recipe's (as the run resized its data), else the paper's."""
     from ..data.loaders import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 
@@ -72,7 +72,7 @@ def _pixel_bounds(args, recipe: dict[str, Any]) -> dict[str, int]:
     return bounds
 
 
-def _load_rows(name: str, split: str, needed: int, bounds: dict[str, int], seed: int = 0):
+def load_rows(name: str, split: str, needed: int, bounds: dict[str, int], seed: int = 0):
     """The first `needed` rows of a data set (`synthetic` generates them), before any model loads."""
     from ..data import load_vepo_dataset, synthetic_training_dataset
 
@@ -87,7 +87,7 @@ def _load_rows(name: str, split: str, needed: int, bounds: dict[str, int], seed:
     return dataset
 
 
-def _load_model(name: str, device: str | None, dtype: str):
+def load_model(name: str, device: str | None, dtype: str):
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -104,7 +104,7 @@ def _load_model(name: str, device: str | None, dtype: str):
     return model, processor, path
 
 
-def _rewards(completion_texts: list[str], answer: str | None, names: list[str], weights: list[float]):
+def score_rewards(completion_texts: list[str], answer: str | None, names: list[str], weights: list[float]):
     """Weighted reward per completion and each function's value, or `(None, None)` without a reference answer."""
     from ..rewards import get_reward_funcs
 
@@ -123,14 +123,14 @@ def _rewards(completion_texts: list[str], answer: str | None, names: list[str], 
     return totals, details
 
 
-def _dataset_bounds(args, bounds: dict[str, int]) -> dict[str, int]:
+def dataset_bounds(args, bounds: dict[str, int]) -> dict[str, int]:
     if args.dataset == SYNTHETIC_DATASET:
         # Synthetic rows default to the tiny model's bounds, as the demo trains on them
         return {k: v for k, v in (("min_pixels", args.min_pixels), ("max_pixels", args.max_pixels)) if v}
     return bounds
 
 
-def _sample(model, processor, prompt, args, settings, seed: int) -> list:
+def sample_completions(model, processor, prompt, args, settings, seed: int) -> list:
     """The responses a command scores for one prompt: `--num_generations` samples at the recipe's temperature, or one
     greedy answer with `--greedy`."""
     from .signals import sample_completions

@@ -60,12 +60,20 @@ def documented_layers() -> dict[str, int]:
     block = re.search(r"```layers\n(.*?)```", text, re.S)
     assert block, "docs/ARCHITECTURE.md has no ```layers block"
     layers: dict[str, int] = {}
+    every: dict[str, int] = {}  # `package.*`: each of its modules listed nowhere else (a family is one new module)
     for line in block.group(1).splitlines():
         match = re.match(r"layer (\d+)\s+(.*)", line.strip())
         assert match, f"unreadable line in the layers block: {line!r}"
         for module in match.group(2).split():
-            assert module not in layers, f"{module} is listed twice in docs/ARCHITECTURE.md"
-            layers[module] = int(match.group(1))
+            assert module not in layers and module not in every, f"{module} is listed twice in docs/ARCHITECTURE.md"
+            if module.endswith(".*"):
+                every[module[:-2]] = int(match.group(1))
+            else:
+                layers[module] = int(match.group(1))
+    for package, layer in every.items():
+        modules = [module_name(path) for path in (PACKAGE.parent / package.replace(".", "/")).glob("*.py")]
+        assert modules, f"docs/ARCHITECTURE.md: {package}.* matches no module"
+        layers.update({module: layer for module in modules if module not in layers and module != package})
     return layers
 
 

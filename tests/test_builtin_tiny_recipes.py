@@ -1,5 +1,5 @@
 """Each family's tiny model is its reference checkpoint in miniature: the tiny config equals the checkpoint's
-`config.json` (recorded with its source in tests/reference_configs.py) on every field but the sizes (widths, depths,
+`config.json` (recorded with its source as the family module's REFERENCE_CONFIG) on every field but the sizes (widths, depths,
 vocabulary and token ids, image size, token budgets), compared through the family's config class as transformers
 loads the file. The few fields a tiny model cannot or should not copy are listed in `DEVIATIONS`, each with its
 reason; a listed field that no longer differs fails too, so the list stays true."""

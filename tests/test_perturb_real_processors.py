@@ -4,7 +4,7 @@ The tiny models (`vepo_trl.builtin.tiny_models`) use toy processor sizes (28-64 
 real sizes show: a 384 px tile the 14 px patch grid does not cover, letterboxed any-res crops, batches padded to the
 largest image, a white page cut into identical tiles, a 20x20 image upscaled. Here each family's own transformers
 image-processor class is built with its reference checkpoint's `preprocessor_config.json` values and its model config
-class with the checkpoint's vision patch size (no weights: `tests/reference_processors.py`, each entry citing its source), and
+class with the checkpoint's vision patch size (no weights: each family module's `REFERENCE_PROCESSOR`, citing its source), and
 the perturbations are checked on synthetic pictures of 448x448, 1280x720, 300x1200 and 20x20, two images in one
 prompt, a batch of prompts and a white diagram:
 
@@ -19,7 +19,7 @@ prompt, a batch of prompts and a white diagram:
 - an image is perturbed alike alone and batched beside another one;
 - identical tiles of one image (the white page) each get their own noise.
 
-A family in `FAMILIES` without an entry in `tests/reference_processors.py` fails `test_real_processor_table_covers_every_family`. Run with `pytest tests/test_perturb_real_processors.py`.
+A family in `FAMILIES` without a `REFERENCE_PROCESSOR` in its module fails `test_real_processor_table_covers_every_family`. Run with `pytest tests/test_perturb_real_processors.py`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from .reference_processors import REAL_PROCESSORS
 from .reference_processors import RealProcessor as Real
 
 
-REAL = REAL_PROCESSORS  # one per family (tests/reference_processors.py), citing its source
+REAL = REAL_PROCESSORS  # one per family (its module's REFERENCE_PROCESSOR), citing its source
 
 # Checks that fail on the current code: (check, family) -> why, in one line; each runs as a strict xfail. None now
 KNOWN_FAILURES: dict[tuple[str, str], str] = {}
@@ -267,7 +267,7 @@ def within(measured: float, expected: float, samples: int, spread: float = 1.0) 
 def test_real_processor_table_covers_every_family():
     """A new family cannot skip these checks: each one in `FAMILIES` has its real processor here."""
     missing = [family.name for family in FAMILIES if family.name not in REAL]
-    assert not missing, f"no entry in tests/reference_processors.py for {missing}"
+    assert not missing, f"no REFERENCE_PROCESSOR in the family modules of {missing}"
 
 
 @pytest.mark.parametrize("name", families("registry"))

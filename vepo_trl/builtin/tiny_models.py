@@ -2,8 +2,8 @@
 
 Everything here is the real thing at a small size: the family's own model, config and processor classes, a byte-level
 BPE tokenizer carrying the family's special tokens, and its chat template. What each family's tiny model is lives in
-`vepo_trl.builtin.tiny_recipes` (one `TinyRecipe` per family, beside its runtime adapter in `vepo_trl.families`);
-this module is the one builder that reads them. Nothing is
+its family module (`TINY_RECIPE`, a `vepo_trl.builtin.tiny_recipes.base.TinyRecipe`, beside its runtime adapter in
+`vepo_trl.families`); this module is the one builder that reads them. Nothing is
 downloaded: the tokenizer is trained on a small built-in corpus and the weights come from a seed, so two builds with
 the same seed are identical. Saved with `save_pretrained`, the folder loads with `from_pretrained(path)` exactly like
 a Hub id. The default family is the paper's, Qwen2.5-VL (`build_tiny_qwen2_5_vl`).

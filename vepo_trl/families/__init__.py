@@ -3,13 +3,14 @@
 A family is looked up from the model's `config.model_type` (the same key transformers' Auto classes use). Its module
 declares a `FAMILY` (`base.Family`): how the processor lays out `pixel_values` and the `perturb` layout (normalisation
 and the model's patch size) the perturbations work through, the inputs TRL 1.16 fails on for it, its reference
-checkpoint (its tiny model is data in `vepo_trl.builtin.tiny_recipes`, built by `vepo_trl.builtin.tiny_models`). A
-module declaring a `REFUSED`
-(`base.Refused`) names a model type TRL trains whose images VEPO cannot perturb yet. Splitting a batch's multimodal
+checkpoint. Beside it, the same module holds the family's tiny model as data (`TINY_RECIPE`, built by
+`vepo_trl.builtin.tiny_models`) and its reference checkpoint's processor and config values, each with its source
+(`REFERENCE_PROCESSOR`, `REFERENCE_CONFIG`: what the tests check the tiny model and the perturbations against). A
+module declaring a `REFUSED` (`base.Refused`) names a model type TRL trains whose images VEPO cannot perturb yet. Splitting a batch's multimodal
 inputs per response is TRL's own (`batch.take_rows`), so a family holds no splitting rule.
 
-Adding a family: one module here. The registry finds it, and every family-parametrised test, the README's tables and
-`vepo-trl demo --model_family` read the registry.
+Adding a family: one module here. The registry finds it, and every family-parametrised test, the README's tables,
+the architecture's layers (`vepo_trl.families.*`) and `vepo-trl demo --model_family` read the registry.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .base import Family, Refused, arrow_table, image_count_row, image_counts
 __all__ = [
     "Family",
     "FAMILIES",
+    "FAMILY_MODULES",
     "NOT_YET",
     "Refused",
     "banned_token_ids",
@@ -38,22 +40,23 @@ __all__ = [
 ]
 
 
-def _discover() -> tuple[tuple[Family, ...], dict[str, Refused]]:
-    families, refused = [], {}
+def _discover() -> tuple[tuple[Family, ...], dict[str, Refused], dict[str, object]]:
+    families, refused, modules = [], {}, {}
     for module in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name):
         if module.name.startswith("_") or module.name == "base":
             continue
         loaded = importlib.import_module(f"{__name__}.{module.name}")
         if hasattr(loaded, "FAMILY"):
             families.append(loaded.FAMILY)
+            modules[loaded.FAMILY.name] = loaded
         if hasattr(loaded, "REFUSED"):
             refused[loaded.REFUSED.model_type] = loaded.REFUSED
     families.sort(key=lambda family: family.order)
-    return tuple(families), refused
+    return tuple(families), refused, modules
 
 
-# The families and the refused model types
-FAMILIES, NOT_YET = _discover()
+# The families and the refused model types; each family's module (its tiny recipe and reference values)
+FAMILIES, NOT_YET, FAMILY_MODULES = _discover()
 _BY_MODEL_TYPE = {model_type: family for family in FAMILIES for model_type in family.model_types}
 _BY_NAME = {family.name: family for family in FAMILIES}
 

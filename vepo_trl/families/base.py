@@ -2,7 +2,9 @@
 
 A family module (one per family in this package) holds a `Family`: the model types and classes it covers, how to read
 its `perturb` layout off its image processor, the inputs TRL 1.16 fails on for it (`limits`), its reference
-checkpoint's normalisation; its tiny model is data in `vepo_trl.builtin.tiny_recipes`. A
+checkpoint's normalisation. The same module holds the family's tiny model as data (`TINY_RECIPE`, a
+`vepo_trl.builtin.tiny_recipes.base.TinyRecipe`) and its reference checkpoint's values with their sources
+(`REFERENCE_PROCESSOR`, a `RealProcessor`; `REFERENCE_CONFIG`): a new family is one module. A
 model type TRL trains whose images VEPO cannot perturb yet is a `Refused`, with what blocks it. Nothing here names a
 family.
 """
@@ -10,7 +12,7 @@ family.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..perturb import CLIP_MEAN as _CLIP_MEAN
@@ -177,3 +179,53 @@ def image_count_row(dataset, pick=max) -> tuple[int, int] | None:
         return None
     row = pick(range(len(lengths)), key=lengths.__getitem__)
     return row, lengths[row]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A family's reference checkpoint, as its module records it (`REFERENCE_PROCESSOR`, `REFERENCE_CONFIG`)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RealProcessor:
+    """A family's reference checkpoint as its processor and config see it (no weights): the image-processor class (a
+    `transformers` name) and the kwargs that rebuild its `preprocessor_config.json`; what the family's processor adds
+    on every call (`call`); the config class and the kwargs that give it the checkpoint's vision geometry. A family
+    module declares one as `REAL_PROCESSOR`, its source in a comment above it ("read": a public copy of the file,
+    named; "as X": another entry's file; "card": the model card and the family's known geometry; "class defaults": the
+    transformers class); tests/test_perturb_real_processors.py checks the perturbations on it at real image sizes, and
+    tests/test_builtin_tiny_recipes.py the tiny model's config against `REFERENCE_CONFIG` (the checkpoint's
+    `config.json` less its sizes, each entry with its source)."""
+
+    checkpoint: str
+    processor: str
+    kwargs: dict
+    config: str
+    config_kwargs: dict
+    call: dict = field(default_factory=dict)
+    # The processor takes images per prompt (nested lists) and lays `pixel_values` out one row per prompt
+    per_prompt: bool = False
+    # Which pixels are the image's own, the rest padding: "all", "pixel_mask" (`pixel_attention_mask`), "image_sizes"
+    # (each image's top-left `image_sizes`), "anyres" (each crop's box inside the letterbox, zero crops after) or
+    # "positions" (patch rows whose `image_position_ids` are not -1)
+    real: str = "all"
+    # It cuts an image into tiles: a white page has identical ones
+    tiles: bool = False
+    # The model reads every patch holding an image pixel, the last ones part padding (Idefics2's
+    # patch_attention_mask over a batch padded past the image): its patch grid covers the image rounded up
+    partial_patches: bool = False
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A per-layer list whose length is a depth: `period` repeated from layer 0, cut to the depth; `last`, when set,
+    replaces the last layer's entry (transformers forces full attention there for Gemma 4)."""
+
+    period: tuple
+    last: object = None
+
+    def expand(self, depth: int) -> list:
+        values = [self.period[i % len(self.period)] for i in range(depth)]
+        if self.last is not None and values:
+            values[-1] = self.last
+        return values

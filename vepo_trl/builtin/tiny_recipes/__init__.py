@@ -1,24 +1,25 @@
-"""Every family's tiny model as data, keyed by the family's name: one module per family (beside the runtime adapter
-in `vepo_trl.families`, of the same name) declaring `FAMILY` (the name) and `RECIPE` (a `base.TinyRecipe`), and the
-Qwen families' shared parts (`_qwen`). `vepo_trl.builtin.tiny_models` is the one builder that reads them; a test keeps
-every family paired with a recipe."""
+"""Every family's tiny model as data, keyed by the family's name: each family module in `vepo_trl.families` declares
+its `TINY_RECIPE` (a `base.TinyRecipe`) beside its runtime adapter; this package holds the recipe's types (`base`) and
+the Qwen families' shared parts (`_qwen`). `vepo_trl.builtin.tiny_models` is the one builder that reads them; a test
+keeps every family paired with a recipe."""
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
+import functools
 
 from .base import TinyRecipe
 
 
-def _discover() -> dict[str, TinyRecipe]:
-    recipes = {}
-    for module in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name):
-        if module.name.startswith("_") or module.name == "base":
-            continue
-        loaded = importlib.import_module(f"{__name__}.{module.name}")
-        recipes[loaded.FAMILY] = loaded.RECIPE
-    return recipes
+@functools.cache
+def tiny_recipes() -> dict[str, TinyRecipe]:
+    """Each family's `TINY_RECIPE`, by family name (read on first use: the family modules import this package's
+    `base`, so this package cannot import them while it loads)."""
+    from ...families import FAMILY_MODULES
+
+    return {name: module.TINY_RECIPE for name, module in FAMILY_MODULES.items() if hasattr(module, "TINY_RECIPE")}
 
 
-TINY_RECIPES = _discover()
+def __getattr__(name: str):
+    if name == "TINY_RECIPES":  # the mapping, as `from .tiny_recipes import TINY_RECIPES` reads it
+        return tiny_recipes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,6 +8,9 @@ from typing import Any
 
 from trl import GRPOConfig
 
+from .perturb import PERTURBATIONS
+from .registry import doc_summary
+from .scoring import SELECTION_STRATEGIES
 from .trl_compat import quiet_deprecated_alias
 from .validation import check_object, check_rule_params, rules_for
 
@@ -21,6 +24,9 @@ def _checkpointing_renamed() -> bool:
 
 
 _CHECKPOINTING_RENAMED = _checkpointing_renamed()
+# The names the help and the docstring list: the package's own registrations, in order (plug-ins: vepo-trl strategies)
+_BUILTIN_STRATEGIES = SELECTION_STRATEGIES.registered_by("vepo_trl")
+_BUILTIN_PERTURBATIONS = PERTURBATIONS.registered_by("vepo_trl")
 quiet_deprecated_alias()  # TRL and PEFT read transformers' deprecated alias on every run (trl_compat)
 
 
@@ -40,10 +46,9 @@ class VEPOConfig(GRPOConfig):
         > Token selection
 
         selection_strategy (`str`, *optional*, defaults to `"vepo"`):
-            Which tokens of each response the policy loss trains on. `"vepo"` (the paper), `"full"` (plain GRPO),
-            `"entropy"` (top-k entropy, the 80/20 baseline), `"random"`, the ablations `"vepo_no_jsd"`,
-            `"vepo_no_entropy_gap"`, `"vepo_no_entropy"`, `"vepo_kl"`, `"vepo_bottom"`, `"vepo_positive_gap"`,
-            `"vepo_additive"`, and `"vppo"` (VPPO's sampled-token k3 filter).
+            Which tokens of each response the policy loss trains on, one of these or an installed plug-in's
+            (`vepo-trl strategies` lists them all):
+            {strategies}.
         strategy_params (`dict` or `str`, *optional*):
             The selection strategy's own settings, by name (its keyword-only parameters beyond `ratio`, `alpha` and
             `seeds`: a plug-in's, see `vepo-trl strategies`), as a mapping or its JSON text. Checked against the
@@ -79,11 +84,8 @@ class VEPOConfig(GRPOConfig):
         > Perturbed image
 
         perturbation (`str`, *optional*, defaults to `"diffusion"`):
-            How the counterfactual image is made: `"diffusion"` (the paper), `"gaussian"` (the noise the authors'
-            release means to add, `N(0, noise_sigma^2)` on normalised values), `"gaussian_release"` (what the release
-            actually does: that noise accumulated once per rollout of a prompt, std `noise_sigma * sqrt(num_generations)`,
-            6.93 at sigma 2 with the paper's 12 generations, 4.00 with 4),
-            `"mean_image"`, `"black_image"` or `"patch_blackout"`.
+            How the counterfactual image is made, one of these or an installed plug-in's:
+            {perturbations}.
         perturbation_params (`dict` or `str`, *optional*):
             The perturbation's own settings (its keyword-only parameters beyond `noise_step`, `sigma`,
             `patch_probability` and `num_generations`), checked against its signature as `strategy_params` are.
@@ -128,10 +130,7 @@ class VEPOConfig(GRPOConfig):
 
     selection_strategy: str = field(
         default="vepo",
-        metadata={
-            "help": "Tokens the policy loss trains on: vepo, full, entropy, random, vepo_no_jsd, vepo_no_entropy_gap, "
-            "vepo_no_entropy, vepo_kl, vepo_bottom, vepo_positive_gap, vepo_additive or vppo.",
-        },
+        metadata={"help": f"Tokens the policy loss trains on: {', '.join(_BUILTIN_STRATEGIES)}, or a plug-in's."},
     )
     strategy_params: dict[str, Any] | str | None = field(
         default=None,
@@ -192,10 +191,7 @@ class VEPOConfig(GRPOConfig):
     )
     perturbation: str = field(
         default="diffusion",
-        metadata={
-            "help": "Counterfactual image: diffusion (the paper), gaussian, gaussian_release (the release's "
-            "accumulated noise, sigma * sqrt(num_generations)), mean_image, black_image or patch_blackout."
-        },
+        metadata={"help": f"Counterfactual image: {', '.join(_BUILTIN_PERTURBATIONS)}, or a plug-in's."},
     )
     perturbation_params: dict[str, Any] | str | None = field(
         default=None,
@@ -279,6 +275,22 @@ class VEPOConfig(GRPOConfig):
         if self.perturbation_seed is None:
             self.perturbation_seed = self.seed
 
+
+def _listed(entries: dict) -> str:
+    """`"name"` (its line), ... for the docstring, wrapped at its indentation."""
+    import textwrap
+
+    def line(value) -> str:
+        return (getattr(value, "description", None) or doc_summary(value)).rstrip(".")
+
+    text = ", ".join(f'`"{name}"` ({line(value)})' for name, value in entries.items())
+    return textwrap.fill(text, width=106, subsequent_indent=" " * 12, break_long_words=False, break_on_hyphens=False)
+
+
+# The registries' own names and lines, in the docstring as in `--help`: a new strategy or perturbation is one function
+VEPOConfig.__doc__ = VEPOConfig.__doc__.replace("{strategies}", _listed(_BUILTIN_STRATEGIES)).replace(
+    "{perturbations}", _listed(_BUILTIN_PERTURBATIONS)
+)
 
 # When a run reads each setting lives with the other rules (`validation`); the model card imports it from here
 from .validation import PERTURBATION_SETTINGS, STRATEGY_SETTINGS, settings_reads, unread_settings  # noqa: E402,F401

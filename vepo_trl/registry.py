@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 
-__all__ = ["GROUPS", "PluginError", "Registry", "call_with", "keyword_settings", "plugin_entry_points"]
+__all__ = ["GROUPS", "PluginError", "Registry", "call_with", "doc_summary", "keyword_settings", "plugin_entry_points"]
 
 T = TypeVar("T")
 
@@ -128,6 +128,11 @@ class Registry(Mapping[str, T], Generic[T]):
         self.load_plugins()
         return self._sources[name]
 
+    def registered_by(self, package: str) -> dict[str, T]:
+        """What `package` registered, in order, without loading any plug-in (`vepo_trl`'s own: the names its help
+        and documentation list)."""
+        return {name: value for name, value in self._entries.items() if self._sources[name] == package}
+
     def broken(self) -> dict[str, str]:
         """The plug-ins that failed to load, by entry-point name: one line each."""
         self.load_plugins()
@@ -173,6 +178,12 @@ def _crediting(package: str):
         yield
     finally:
         _LOADING.pop()
+
+
+def doc_summary(obj) -> str:
+    """The first paragraph of `obj`'s docstring on one line: what listings show of a registered function."""
+    paragraph = (inspect.getdoc(obj) or "").split("\n\n", 1)[0]
+    return " ".join(paragraph.split())
 
 
 # ---------------------------------------------------------------------------------------------------------------------

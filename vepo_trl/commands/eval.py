@@ -7,7 +7,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from ..eval.names import BENCHMARK_NAMES, PROTOCOL_HELP, PROTOCOLS
+from ..eval.names import PAPER_BENCHMARKS, PROTOCOL_HELP, PROTOCOLS
 from ..options import DefaultsHelpFormatter, option, parser_for
 from ..validation import (
     ALWAYS,
@@ -47,7 +47,8 @@ class EvalOptions:
     dtype: str = option("auto", "Weights dtype.", reads=GENERATES, rule=names("auto", "bfloat16", "float16", "float32"), group="model",
                         choices=("auto", "bfloat16", "float16", "float32"))  # fmt: skip
     # data
-    benchmarks: str = option("all", f"Comma-separated: {', '.join(BENCHMARK_NAMES)}; 'all' = the seven of the "
+    benchmarks: str = option("all", f"Comma-separated: the paper's {', '.join(PAPER_BENCHMARKS)}, synthetic, or any "
+                             "other `vepo-trl strategies` lists (an installed plug-in's too); 'all' = the seven of the "
                              "paper's Table 1.", reads=ALWAYS, rule=TEXT, group="data")  # fmt: skip
     data_dir: str | None = option(None, "Folder with local copies, one sub-folder per benchmark (Hub parquet layout "
                                   "or NoisyRollout's eval_data).", group="data",

@@ -8,6 +8,7 @@ import inspect
 from dataclasses import dataclass
 
 from ..options import parser_for
+from ..registry import doc_summary
 
 
 @dataclass
@@ -47,9 +48,6 @@ def main(argv: list[str]) -> None:
     from ..rewards import REWARD_FUNCS
     from ..scoring import SELECTION_STRATEGIES
 
-    def doc(fn) -> str:
-        return next(iter((fn.__doc__ or "").strip().splitlines()), "")
-
     strategies = [
         f"{name:<22}{s.description}{' [perturbed pass]' if s.needs_perturbed_pass else ''}{_settings(s.settings)}"
         f"{_from(SELECTION_STRATEGIES, name)}"
@@ -58,7 +56,7 @@ def main(argv: list[str]) -> None:
     _section("Selection strategies (--selection_strategy; own settings: --strategy_params):", SELECTION_STRATEGIES,
              strategies)  # fmt: skip
     perturbations = [
-        f"{name:<22}{doc(fn)}{_settings(perturbation_settings(name))}{_from(PERTURBATIONS, name)}"
+        f"{name:<22}{doc_summary(fn)}{_settings(perturbation_settings(name))}{_from(PERTURBATIONS, name)}"
         for name, fn in sorted(PERTURBATIONS.items())
     ]
     _section("Perturbations (--perturbation; own settings: --perturbation_params):", PERTURBATIONS, perturbations)
@@ -66,5 +64,5 @@ def main(argv: list[str]) -> None:
         f"{name:<22}{bench.title}{_from(BENCHMARKS, name)}" for name, bench in BENCHMARKS.items()
     ]  # fmt: skip
     _section("Benchmarks (vepo-trl eval --benchmarks):", BENCHMARKS, benchmarks)
-    rewards = [f"{name:<22}{doc(fn)}{_from(REWARD_FUNCS, name)}" for name, fn in sorted(REWARD_FUNCS.items())]
+    rewards = [f"{name:<22}{doc_summary(fn)}{_from(REWARD_FUNCS, name)}" for name, fn in sorted(REWARD_FUNCS.items())]
     _section("Reward functions (--reward_funcs):", REWARD_FUNCS, rewards)

@@ -30,6 +30,7 @@ import datasets
 from ..data.loaders import IMAGE_PLACEHOLDER, without_decoding
 from ..errors import UsageError
 from ..registry import PluginError, Registry
+from .names import PAPER_BENCHMARKS
 
 
 logger = logging.getLogger(__name__)
@@ -208,8 +209,6 @@ class Benchmark:
 
 
 BENCHMARKS: Registry[Benchmark] = Registry("benchmark")
-# The columns of the paper's Table 1, in its order
-PAPER_BENCHMARKS = ("geometry3k", "mmk12", "hallusionbench", "mathvista", "wemath", "mathverse", "mathvision")
 
 
 def register_benchmark(cls: type[Benchmark]) -> type[Benchmark]:

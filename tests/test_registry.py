@@ -42,7 +42,7 @@ def test_plugins_load_on_first_read_and_are_credited(tmp_path):
         {
             "demo_rules": """
                 import sys
-                from vepo_trl import register_strategy
+                from vepo_trl import Benchmark, register_strategy  # imports vepo_trl.eval.benchmarks the first time
                 sys.modules["vepo_trl"].LOADED = True
 
                 @register_strategy("keep_first", count="all")
@@ -61,8 +61,14 @@ def test_plugins_load_on_first_read_and_are_credited(tmp_path):
         import vepo_trl
         from vepo_trl.scoring import SELECTION_STRATEGIES, get_strategy
         assert not hasattr(vepo_trl, "LOADED")  # importing the registry's module loads no plug-in
+        from vepo_trl.registry import plugin_names
+        assert plugin_names("selection strategy") == ("keep_first", "broken")  # no import needed
+        assert not hasattr(vepo_trl, "LOADED")
         assert "keep_first" in SELECTION_STRATEGIES  # the first read does
         assert vepo_trl.LOADED
+        # The built-ins a plug-in's import pulls in first stay vepo_trl's (the lists help and docs show)
+        from vepo_trl.eval.benchmarks import BENCHMARKS
+        assert BENCHMARKS.source("mathvista") == "vepo_trl" and "mathvista" in BENCHMARKS.registered_by("vepo_trl")
         print(SELECTION_STRATEGIES.source("keep_first"), SELECTION_STRATEGIES.source("vepo"))
         print(get_strategy("keep_first").settings)
         try:
@@ -84,6 +90,35 @@ def test_plugins_load_on_first_read_and_are_credited(tmp_path):
         "RuntimeError: this plug-in is broken on two lines"
     )
     assert lines[3] == "ValueError Unknown selection strategy 'nothing'"
+
+
+def test_a_plugin_imported_by_hand_first_is_still_its_package(tmp_path):
+    site = _plugin_site(
+        tmp_path,
+        """
+        [vepo_trl.rewards]
+        always_one = demo_reward:always_one
+        """,
+        {
+            "demo_reward": """
+                from vepo_trl import register_reward
+
+                @register_reward("always_one")
+                def always_one(prompts, completions, **columns):
+                    return [1.0] * len(completions)
+            """
+        },
+    )
+    result = _run(
+        site,
+        """
+        import demo_reward  # a notebook's import, before any registry is read
+        from vepo_trl.rewards import REWARD_FUNCS, get_reward_funcs
+        print(REWARD_FUNCS.source("always_one"), REWARD_FUNCS.broken(), get_reward_funcs("always_one")[0](None, [1, 2]))
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "demo-plugin {} [1.0, 1.0]"
 
 
 def test_a_plugin_that_registers_nothing_or_another_name_is_broken(tmp_path):
@@ -120,6 +155,85 @@ def test_registry_mapping_and_errors():
         registry.lookup("c")
     assert registry.pop("a") == 1 and "a" not in registry
     assert issubclass(PluginError, ValueError)
+
+
+def test_a_rule_declares_its_settings_after_the_star():
+    from vepo_trl import register_perturbation, register_strategy
+
+    with pytest.raises(TypeError, match=r"declare ratio, threshold after `\*`"):
+        register_strategy("loose")(lambda signals, mask, ratio, threshold=0.5: mask)
+    with pytest.raises(TypeError, match="takes 4 positional arguments"):
+        register_perturbation("short")(lambda rows, *, strength=1.0: rows)
+
+
+def test_a_benchmark_subclass_keeps_its_own_values():
+    import dataclasses
+
+    from vepo_trl import Benchmark, register_benchmark
+    from vepo_trl.eval.benchmarks import BENCHMARKS
+
+    class Plain(Benchmark):
+        name = "plain_cards"
+        title = "Plain"
+
+    @dataclasses.dataclass
+    class Declared(Benchmark):
+        name: str = "declared_cards"
+        folders: tuple = dataclasses.field(default_factory=lambda: ("cards",))
+
+        def __post_init__(self):
+            self.title = "Set in post-init"
+
+    class Shouting(Benchmark):
+        name = "Cards"
+
+    try:
+        register_benchmark(Plain)
+        register_benchmark(Declared)
+        assert (BENCHMARKS["plain_cards"].title, BENCHMARKS["plain_cards"].source(None)) == (
+            "Plain", "tests.test_registry.test_a_benchmark_subclass_keeps_its_own_values.<locals>.Plain"
+        )  # fmt: skip
+        assert (BENCHMARKS["declared_cards"].folders, BENCHMARKS["declared_cards"].title) == (
+            ("cards",), "Set in post-init"
+        )  # fmt: skip
+        with pytest.raises(ValueError, match="lower case"):
+            register_benchmark(Shouting)
+    finally:
+        BENCHMARKS.pop("plain_cards")
+        BENCHMARKS.pop("declared_cards")
+
+
+def test_inspect_drops_a_recipe_s_own_settings_with_the_rule_it_replaces():
+    from vepo_trl import register_perturbation, register_strategy
+    from vepo_trl.insight import SignalSettings
+    from vepo_trl.perturb import PERTURBATIONS
+    from vepo_trl.scoring import SELECTION_STRATEGIES
+
+    register_strategy("sharp_rule", signals=["entropy", "jsd"])(lambda signals, mask, *, ratio, sharpness=2.0: mask)
+    register_perturbation("fade_test")(lambda rows, grid, layout, generator, *, strength=0.5: rows)
+    recipe = {"selection_strategy": "sharp_rule", "strategy_params": {"sharpness": 1.0}, "perturbation": "fade_test",
+              "perturbation_params": {"strength": 0.8}}  # fmt: skip
+    try:
+        assert SignalSettings.from_recipe(recipe).strategy_params == {"sharpness": 1.0}
+        other = SignalSettings.from_recipe(recipe, strategy="vepo", perturbation="diffusion")
+        assert (other.strategy_params, other.perturbation_params) == (None, None)
+        kept = SignalSettings.from_recipe(recipe, strategy="vepo")  # the recipe's perturbation, with its setting
+        assert (kept.strategy_params, kept.perturbation_params) == (None, {"strength": 0.8})
+        assert SignalSettings.from_recipe(recipe, strategy="entropy").perturbation_params is None
+        with pytest.raises(ValueError, match="takes no setting 'sharp'"):
+            SignalSettings.from_recipe(recipe, strategy_params={"sharp": 1})
+    finally:
+        SELECTION_STRATEGIES.pop("sharp_rule")
+        PERTURBATIONS.pop("fade_test")
+
+
+def test_a_run_folder_from_before_a_setting_existed_still_resumes():
+    from vepo_trl.run_folder import differences
+
+    assert differences({"seed": 1}, {"seed": 1, "strategy_params": None, "perturbation_params": None}) == []
+    assert differences({"seed": 1}, {"seed": 1, "strategy_params": {"a": 1}}) == [
+        "strategy_params unset there, {'a': 1} here"
+    ]
 
 
 def test_a_function_gets_only_the_keywords_it_declares():

@@ -21,7 +21,17 @@ from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 
-__all__ = ["GROUPS", "PluginError", "Registry", "call_with", "doc_summary", "keyword_settings", "plugin_entry_points"]
+__all__ = [
+    "GROUPS",
+    "PluginError",
+    "Registry",
+    "call_with",
+    "check_signature",
+    "doc_summary",
+    "keyword_settings",
+    "plugin_entry_points",
+    "plugin_names",
+]
 
 T = TypeVar("T")
 
@@ -42,6 +52,13 @@ class PluginError(ValueError):
     which entry point and what failed."""
 
 
+def plugin_names(kind: str) -> tuple[str, ...]:
+    """The names installed plug-ins declare for `kind`'s group, without importing any of them."""
+    from importlib.metadata import entry_points
+
+    return tuple(point.name for point in entry_points(group=GROUPS[kind])) if kind in GROUPS else ()
+
+
 def plugin_entry_points() -> list[tuple[str, str, str, str, str]]:
     """(group, name, value, package, version) of every installed entry point in `GROUPS`, sorted: what the saved
     early-check tables are keyed on, so installing or removing a plug-in makes them again."""
@@ -56,8 +73,8 @@ def plugin_entry_points() -> list[tuple[str, str, str, str, str]]:
 
 
 def _package(point) -> str:
-    dist = getattr(point, "dist", None)
-    return (getattr(dist, "name", None) or point.value.split(":")[0].split(".")[0]) if dist else point.value
+    """The distribution that declares `point`, else its module's top-level package."""
+    return getattr(getattr(point, "dist", None), "name", None) or point.value.split(":")[0].split(".")[0]
 
 
 class Registry(Mapping[str, T], Generic[T]):
@@ -71,6 +88,7 @@ class Registry(Mapping[str, T], Generic[T]):
         self.group = GROUPS.get(kind)
         self._entries: dict[str, T] = {}
         self._sources: dict[str, str] = {}
+        self._modules: dict[str, str] = {}  # the top-level module that registered each name
         self._broken: dict[str, str] = {}
         self._loaded = self.group is None
 
@@ -84,13 +102,18 @@ class Registry(Mapping[str, T], Generic[T]):
             raise ValueError(
                 f"A {self.kind} named {name!r} is already registered (by {self._sources[name]}); choose another name."
             )
+        top = (module or "").split(".")[0]
         self._entries[name] = value
-        self._sources[name] = _LOADING[-1] if _LOADING else (module or "").split(".")[0] or "__main__"
+        self._modules[name] = top
+        # A plug-in being loaded is credited with what its own modules register, never with the built-ins a
+        # vepo_trl module it imports for the first time registers meanwhile
+        self._sources[name] = "vepo_trl" if top == "vepo_trl" else (_LOADING[-1] if _LOADING else top or "__main__")
         return value
 
     def pop(self, name: str, default=None):
         """Unregister `name` (a test's or a notebook's own registration, undone); its object, else `default`."""
         self._sources.pop(name, None)
+        self._modules.pop(name, None)
         return self._entries.pop(name, default)
 
     # -- reading -----------------------------------------------------------------------------------------------------
@@ -154,8 +177,10 @@ class Registry(Mapping[str, T], Generic[T]):
         for point in entry_points(group=self.group):
             package = _package(point)
             where = f"the {self.kind} plug-in {point.name!r} ({package}: {point.name} = {point.value})"
-            if point.name in self._entries and self._sources.get(point.name) == package:
-                continue  # registered already, when another group's entry point imported the same module
+            module = point.value.split(":")[0].split(".")[0]
+            if point.name in self._entries and self._modules.get(point.name) == module:
+                self._sources[point.name] = package  # registered already: imported by hand, or by another group
+                continue
             with _crediting(package):
                 try:
                     point.load()
@@ -165,7 +190,7 @@ class Registry(Mapping[str, T], Generic[T]):
                     continue
             if point.name not in self._entries:
                 self._broken[point.name] = f"{where} loaded, but registered no {self.kind} named {point.name!r}"
-            elif self._sources[point.name] != package:
+            elif self._modules[point.name] != module and self._sources[point.name] != package:
                 self._broken[point.name] = (
                     f"{where} failed to load: the name {point.name!r} is taken by {self._sources[point.name]}"
                 )
@@ -199,6 +224,24 @@ def keyword_settings(fn: Callable) -> dict[str, object]:
         for p in inspect.signature(fn).parameters.values()
         if p.kind is inspect.Parameter.KEYWORD_ONLY
     }
+
+
+def check_signature(fn: Callable, kind: str, positional: tuple[str, ...]) -> None:
+    """A registered function takes `positional` first and declares every setting after `*` (keyword-only), so what it
+    reads is what it declares: `def rule(signals, mask, *, ratio, threshold=0.5)`."""
+    parameters = list(inspect.signature(fn).parameters.values())
+    loose = [p.name for p in parameters[len(positional) :] if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    takes = [p.name for p in parameters[: len(positional)] if p.kind is not p.VAR_KEYWORD]
+    if loose or len(takes) < len(positional):
+        raise TypeError(
+            f"A {kind} is `def {getattr(fn, '__name__', 'fn')}({', '.join(positional)}, *, <settings>)`: "
+            + (
+                f"declare {', '.join(loose)} after `*`"
+                if loose
+                else f"it takes {len(positional)} positional arguments"
+            )
+            + "."
+        )
 
 
 def call_with(fn: Callable, *args, **available):

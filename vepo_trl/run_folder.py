@@ -152,12 +152,18 @@ def run_settings(script_args, training_args, model_args) -> dict[str, Any]:
     return settings
 
 
+# Settings newer than some run folders, with the value those runs had: a folder that does not record one matches it
+ADDED_LATER = {"strategy_params": None, "perturbation_params": None}
+
+
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """`name: A there, B here` for every setting whose value differs (a setting only one side has counts)."""
     missing = object()
     out = []
     for name in dict.fromkeys([*recorded, *current]):
         there, here = recorded.get(name, missing), current.get(name, missing)
+        if there is missing and name in ADDED_LATER and here == ADDED_LATER[name]:
+            continue  # a folder from before the setting existed ran at its default
         if there != here:
             show = lambda v: "unset" if v is missing else repr(v)  # noqa: E731
             out.append(f"{name} {show(there)} there, {show(here)} here")

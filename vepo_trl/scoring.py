@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from .registry import Registry, call_with, doc_summary, keyword_settings
+from .registry import Registry, call_with, check_signature, doc_summary, keyword_settings
 from .utils import stable_seed
 
 
@@ -427,6 +427,7 @@ def register_strategy(name: str, *, signals: Iterable[str] = (), count: str = "t
         raise ValueError(f"count must be one of {_COUNT_RULES}, got {count!r}.")
 
     def decorator(fn: SelectionFn) -> SelectionFn:
+        check_signature(fn, "selection strategy", ("signals", "mask"))
         doc = description or doc_summary(fn)
         SELECTION_STRATEGIES.add(name, SelectionStrategy(name, fn, signals, count, doc), module=fn.__module__)
         return fn

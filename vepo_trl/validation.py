@@ -40,14 +40,17 @@ from .rules import (  # noqa: F401 - the engine, re-exported: the tables here an
 _PORT = _whole(_between(1, 65535), "a port number in 1..65535")
 
 
-def _registry_names(saved_at: tuple[str, ...], module: str, load) -> Iterable[str]:
+def _registry_names(saved_at: tuple[str, ...], module: str, load, kind: str = "") -> Iterable[str]:
     """A registry's names: the registry's own once its module is imported (a strategy registered at run time is
     among them), else as a full parse saved them for these versions, at `saved_at` in the saved file (no torch
-    import for a command's parse)."""
+    import for a command's parse), with every installed plug-in's name of `kind` (a plug-in fixed since the save, or
+    broken: the full parse loads it, and decides)."""
     import sys
 
+    from .registry import plugin_names
+
     saved = None if module in sys.modules else functools.reduce(lambda d, key: (d or {}).get(key), saved_at, _saved())
-    return tuple(saved) if saved else tuple(load())
+    return tuple(dict.fromkeys([*saved, *plugin_names(kind)])) if saved else tuple(load())
 
 
 def _selection_strategies():
@@ -56,7 +59,7 @@ def _selection_strategies():
 
         return SELECTION_STRATEGIES
 
-    return _registry_names(("rules", "selection_strategy", "choices"), "vepo_trl.scoring", load)
+    return _registry_names(("rules", "selection_strategy", "choices"), "vepo_trl.scoring", load, "selection strategy")
 
 
 def _perturbations():
@@ -65,7 +68,7 @@ def _perturbations():
 
         return PERTURBATIONS
 
-    return _registry_names(("rules", "perturbation", "choices"), "vepo_trl.perturb.registry", load)
+    return _registry_names(("rules", "perturbation", "choices"), "vepo_trl.perturb.registry", load, "perturbation")
 
 
 def _broken(module: str, name) -> str | None:
@@ -82,7 +85,7 @@ def _reward_names():
 
         return REWARD_FUNCS
 
-    return _registry_names(("declared", "rewards"), "vepo_trl.rewards", load)
+    return _registry_names(("declared", "rewards"), "vepo_trl.rewards", load, "reward function")
 
 
 def _loss_types():

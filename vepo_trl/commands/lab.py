@@ -140,6 +140,8 @@ def _arms(text: str) -> tuple[str, ...]:
             arm = parse_arm(name, 0.2)
         except ValueError as error:
             raise UsageError(f"--strategies: {error}") from None
+        if line := SELECTION_STRATEGIES.broken_line(arm.strategy):
+            raise UsageError(f"--strategies: {line}")
         if arm.strategy not in SELECTION_STRATEGIES:
             raise UsageError(
                 f"--strategies: unknown strategy {arm.strategy!r}; choose from {sorted(SELECTION_STRATEGIES)}"

@@ -224,10 +224,14 @@ def register_benchmark(cls: type[Benchmark]) -> type[Benchmark]:
     if not (isinstance(cls, type) and issubclass(cls, Benchmark)):
         raise TypeError(f"register_benchmark decorates a subclass of vepo_trl.Benchmark, got {cls!r}.")
     instance = cls()
-    for spec in dataclasses.fields(instance):  # a subclass's plain `name = "..."` (no annotation, no @dataclass)
-        declared = getattr(cls, spec.name, dataclasses.MISSING)
-        if declared is not dataclasses.MISSING and not isinstance(declared, dataclasses.Field):
-            setattr(instance, spec.name, declared)
+    for spec in dataclasses.fields(instance):
+        # A plain subclass's `name = "..."` (no @dataclass of its own): `Benchmark.__init__` set the base default
+        owner = next(klass for klass in cls.__mro__ if spec.name in vars(klass))
+        value = vars(owner)[spec.name]
+        if "__dataclass_fields__" not in vars(owner) and not isinstance(value, dataclasses.Field):
+            setattr(instance, spec.name, value)
+    if instance.name != instance.name.strip().lower():
+        raise ValueError(f"A benchmark's name is lower case (--benchmarks reads it so), got {instance.name!r}.")
     BENCHMARKS.add(instance.name, instance, module=cls.__module__)
     return cls
 

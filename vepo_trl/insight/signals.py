@@ -128,7 +128,15 @@ class SignalSettings:
         values = {field: recipe[key] for key, field in RECIPE_KEYS.items() if recipe.get(key) is not None}
         if "seed" not in values and recipe.get("seed") is not None:
             values["seed"] = recipe["seed"]
-        values.update({key: value for key, value in overrides.items() if value is not None})
+        given = {key: value for key, value in overrides.items() if value is not None}
+        # The recipe's own settings of its strategy or perturbation go with it: another one named here drops them
+        for choice, params in (("strategy", "strategy_params"), ("perturbation", "perturbation_params")):
+            if choice in given and given[choice] != values.get(choice, getattr(cls, choice)) and params not in given:
+                values.pop(params, None)
+        values.update(given)
+        strategy = SELECTION_STRATEGIES.get(values.get("strategy", cls.strategy))
+        if strategy is not None and not strategy.needs_perturbed_pass and "perturbation_params" not in given:
+            values.pop("perturbation_params", None)  # the recipe's, for a perturbation this strategy never runs
         known = {f.name for f in fields(cls)}
         return cls(**{key: value for key, value in values.items() if key in known})
 

@@ -9,7 +9,7 @@ from functools import lru_cache
 
 import torch
 
-from ..registry import Registry, call_with, keyword_settings
+from ..registry import Registry, call_with, check_signature, keyword_settings
 from .layouts import ImageLayout, PixelLayout, PositionedPatchLayout
 
 
@@ -77,6 +77,7 @@ def register_perturbation(name: str):
     error."""
 
     def decorator(fn: PerturbationFn) -> PerturbationFn:
+        check_signature(fn, "perturbation", ("rows", "grid", "layout", "generator"))
         PERTURBATIONS.add(name, fn, module=getattr(fn, "__module__", None))
         return fn
 

@@ -110,6 +110,11 @@ class Registry(Mapping[str, T], Generic[T]):
         self._sources[name] = "vepo_trl" if top == "vepo_trl" else (_LOADING[-1] if _LOADING else top or "__main__")
         return value
 
+    def __delitem__(self, name: str) -> None:
+        if name not in self._entries:
+            raise KeyError(name)
+        self.pop(name)
+
     def pop(self, name: str, default=None):
         """Unregister `name` (a test's or a notebook's own registration, undone); its object, else `default`."""
         self._sources.pop(name, None)
@@ -162,8 +167,9 @@ class Registry(Mapping[str, T], Generic[T]):
         return dict(self._broken)
 
     def broken_line(self, name: object) -> str | None:
-        """Why `name` is not registered where a plug-in of that name failed to load, else None."""
-        return self.broken().get(name) if isinstance(name, str) else None
+        """Why `name` is not registered where a plug-in of that name failed to load, else None (a registered name:
+        a plug-in that tried to take it does not hide it)."""
+        return None if not isinstance(name, str) or name in self else self._broken.get(name)
 
     # -- plug-ins ----------------------------------------------------------------------------------------------------
 

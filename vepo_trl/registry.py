@@ -235,10 +235,10 @@ def keyword_settings(fn: Callable) -> dict[str, object]:
 def check_signature(fn: Callable, kind: str, positional: tuple[str, ...]) -> None:
     """A registered function takes `positional` first and declares every setting after `*` (keyword-only), so what it
     reads is what it declares: `def rule(signals, mask, *, ratio, threshold=0.5)`."""
-    parameters = list(inspect.signature(fn).parameters.values())
-    loose = [p.name for p in parameters[len(positional) :] if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    takes = [p.name for p in parameters[: len(positional)] if p.kind is not p.VAR_KEYWORD]
-    if loose or len(takes) < len(positional):
+    parameters = inspect.signature(fn).parameters.values()
+    takes = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    loose = takes[len(positional) :]
+    if loose or (len(takes) < len(positional) and not any(p.kind is p.VAR_POSITIONAL for p in parameters)):
         raise TypeError(
             f"A {kind} is `def {getattr(fn, '__name__', 'fn')}({', '.join(positional)}, *, <settings>)`: "
             + (

@@ -92,6 +92,23 @@ def test_plugins_load_on_first_read_and_are_credited(tmp_path):
     assert lines[3] == "ValueError Unknown selection strategy 'nothing'"
 
 
+def test_the_early_check_takes_an_installed_plugin_a_saved_table_predates(tmp_path):
+    # A parse's saved table (no torch import) predates a plug-in installed or fixed since: its names still pass the
+    # early check, for the full parse to load and judge
+    site = _plugin_site(tmp_path, "[vepo_trl.strategies]\nlater = demo_later:rule\n", {"demo_later": "rule = None\n"})
+    result = _run(
+        site,
+        """
+        import sys
+        from vepo_trl import validation
+        validation._saved = lambda: {"rules": {"selection_strategy": {"choices": ["vepo", "full"]}}}
+        print(validation._selection_strategies(), "vepo_trl.scoring" in sys.modules, "demo_later" in sys.modules)
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "('vepo', 'full', 'later') False False"
+
+
 def test_a_plugin_imported_by_hand_first_is_still_its_package(tmp_path):
     site = _plugin_site(
         tmp_path,

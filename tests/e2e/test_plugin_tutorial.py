@@ -128,6 +128,8 @@ def test_the_tutorial_runs_as_written(installed):
     results = {json.loads(p.read_text())["strategy"] for p in (work / "my-rule-lab" / "runs").glob("*/result.json")}
     assert results == {"vepo:0.2", "confident_visual:0.2"}
     assert "confident_visual" in (work / "my-rule-lab" / "lab.md").read_text()
+    lab_record = json.loads((work / "my-rule-lab" / "lab.json").read_text())
+    assert lab_record["settings"]["strategy_params"] == {"confident_visual": {"sharpness": 1.0}}
 
     page = (work / "my-rule-page.html").read_text()
     assert "confident_visual" in page and "sharpness" in page
@@ -166,12 +168,24 @@ def test_the_tutorial_runs_as_written(installed):
             "pass; remove it.",
         ),
         (
+            'vepo-trl lab --quick --strategies vepo,confident_visual --strategy_params \'{"vepo": {"sharp": 1}}\'',
+            "vepo-trl lab: error: --strategy_params: selection_strategy vepo takes no setting 'sharp' (its settings: "
+            "none).",
+        ),
+        (
             "vepo-trl demo --perturbation fade --perturbation_params '{\"strenght\": 1}'",
             "vepo-trl demo: error: --perturbation_params: perturbation fade takes no setting 'strenght' (its settings: "
             "strength).",
         ),
     ],
-    ids=["broken-strategy", "broken-benchmark", "unknown-setting", "unread-setting", "perturbation-setting"],
+    ids=[
+        "broken-strategy",
+        "broken-benchmark",
+        "unknown-setting",
+        "unread-setting",
+        "lab-setting",
+        "perturbation-setting",
+    ],
 )
 def test_a_bad_plugin_or_setting_is_one_line_where_it_is_used(installed, command, expected):
     work, env = installed

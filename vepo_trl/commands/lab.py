@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ..builtin.lab_tasks import DEFAULT_TASK, TASKS
 from ..errors import UsageError
 from ..options import option, parser_for
-from ..validation import ALWAYS, FLAG, TEXT, Reads, above, at_least, names, number, path_rule, whole
+from ..validation import ALWAYS, FLAG, MAPPING, TEXT, Reads, above, at_least, names, number, path_rule, whole
 
 
 MAX_SEED = 9000
@@ -43,6 +43,9 @@ class LabOptions:
         None, "Rules to compare, comma-separated: a strategy from `vepo-trl strategies`, optionally with its k after a "
         "colon (vepo:0.4); a bare name uses k = 0.2 (default: the task's, e.g. "
         "full,entropy:0.2,vepo:0.2,random:0.2,entropy:0.4,vepo:0.4).", reads=ALWAYS, rule=_STRATEGIES)  # fmt: skip
+    strategy_params: str | None = option(
+        None, "The compared strategies' own settings (a plug-in's keyword parameters), by strategy, as JSON: "
+        "'{\"confident_visual\": {\"sharpness\": 1.0}}'.", reads=ALWAYS, rule=MAPPING)  # fmt: skip
     seeds: str | None = option(
         None, "Seeds, comma-separated (default: the task's, 0-13 for squares).", reads=ALWAYS, rule=TEXT
     )
@@ -149,6 +152,33 @@ def _arms(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def _strategy_params(text: str | None, settings) -> dict[str, dict] | None:
+    """`--strategy_params` by strategy, each checked against its strategy's signature as `VEPOConfig` checks a run's
+    (every compared strategy too: one that needs a setting is refused here, not in a run minutes later)."""
+    import json
+    from types import SimpleNamespace
+
+    from ..validation import check_rule_params
+
+    given = json.loads(text) if isinstance(text, str) else dict(text or {})
+    strategies = {arm.strategy for arm in settings.arms()}
+    for name, params in given.items():
+        if name not in strategies:
+            raise UsageError(f"--strategy_params names {name!r}, which this lab does not run (its strategies: "
+                             f"{', '.join(sorted(strategies))}).")  # fmt: skip
+        if not isinstance(params, dict):
+            raise UsageError(f"--strategy_params: {name}'s settings must be a mapping, got {params!r}.")
+    for name in sorted(strategies):
+        run = SimpleNamespace(selection_strategy=name, strategy_params=given.get(name), perturbation="diffusion",
+                              perturbation_params=None)  # fmt: skip
+        try:
+            check_rule_params(run)
+        except ValueError as error:
+            message = str(error)
+            raise UsageError(message if message.startswith("--") else f"--strategy_params: {message}") from None
+    return given or None
+
+
 def main(argv: list[str] | None = None):
     parser = make_parser()
     args = parser.parse_args(argv)
@@ -188,6 +218,7 @@ def main(argv: list[str] | None = None):
         return json.dumps(report)
     if args.strategies:
         settings.strategies = _arms(args.strategies)
+    settings.strategy_params = _strategy_params(args.strategy_params, settings)
     labels = {arm.label for arm in settings.arms()}
     unknown = sorted(set(given) - labels)
     if unknown:

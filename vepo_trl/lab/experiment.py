@@ -92,6 +92,8 @@ class LabSettings:
     eval_max_new_tokens: int | None = None
     selection_ratio: float = 0.2
     selection_alpha: float = 0.7
+    # A compared strategy's own settings (a plug-in's), by strategy name: {"confident_visual": {"sharpness": 1.0}}
+    strategy_params: dict[str, dict] | None = None
     train_rows: int = 1024
     eval_rows: int = 120
     stats_prompts: int = 24  # prompts whose sampled responses measure the selection statistics
@@ -184,6 +186,7 @@ def selection_statistics(
     alpha: float = 0.7,
     seed: int = 0,
     max_new_tokens: int = 32,
+    strategy_params: dict[str, dict] | None = None,
 ) -> dict[str, dict]:
     """Per rule (a strategy name at k = `ratio`, `vepo:0.4`, or an `Arm`), over sampled responses of `num_prompts`
     rows: the share of the decision tokens (count, colour) it selects, the share of selected tokens that are decision
@@ -230,7 +233,9 @@ def selection_statistics(
             seeds = None
             if strategy.count == "random":
                 seeds = torch.arange(len(completions)) * 7919 + seed * 104729 + index  # cpu: seeds, read by tolist()
-            selected = select_tokens(strategy, signals, mask, ratio=arm.ratio, alpha=alpha, seeds=seeds) & mask
+            params = (strategy_params or {}).get(arm.strategy)
+            selected = select_tokens(strategy, signals, mask, ratio=arm.ratio, alpha=alpha, seeds=seeds, params=params)
+            selected &= mask
             t = totals[name]
             t["decision"] += int(decision.sum())
             t["decision_kept"] += int((selected & decision).sum())
@@ -362,6 +367,7 @@ def run_one(
     args = VEPOConfig(
         output_dir=str(output_dir),
         selection_strategy=arm.strategy,
+        strategy_params=(settings.strategy_params or {}).get(arm.strategy),
         **selection,
         perturbation="diffusion",
         noise_step=500,
@@ -410,6 +416,7 @@ def run_one(
         alpha=settings.selection_alpha,
         seed=seed,
         max_new_tokens=settings.eval_tokens,
+        strategy_params=settings.strategy_params,
     )
     history = trainer.state.log_history
     curve = [curve_entry(e) for e in history if "reward" in e]
@@ -552,6 +559,7 @@ def run_lab(settings: LabSettings, output_dir: str | os.PathLike, log=print, ove
                 num_prompts=settings.stats_prompts,
                 alpha=settings.selection_alpha,
                 max_new_tokens=settings.eval_tokens,
+                strategy_params=settings.strategy_params,
             )
         )
         base_file.write_text(json.dumps(base, indent=1))
@@ -567,6 +575,7 @@ def run_lab(settings: LabSettings, output_dir: str | os.PathLike, log=print, ove
             num_prompts=settings.stats_prompts,
             alpha=settings.selection_alpha,
             max_new_tokens=settings.eval_tokens,
+            strategy_params=settings.strategy_params,
         )
         base = {
             "path": f"$VEPO_TRL_CACHE/{warm.name}",  # where it is cached, without this machine's paths

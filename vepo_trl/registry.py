@@ -15,6 +15,7 @@ every other name, and every command that does not use it, works as before.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -52,21 +53,26 @@ class PluginError(ValueError):
     which entry point and what failed."""
 
 
-def plugin_names(kind: str) -> tuple[str, ...]:
-    """The names installed plug-ins declare for `kind`'s group, without importing any of them."""
+@functools.cache
+def _installed(group: str) -> tuple:
+    """The installed entry points of `group`, read once a process: reading them scans every installed distribution
+    (tens of ms), and a command's parse asks for a group's names at each value it checks."""
     from importlib.metadata import entry_points
 
-    return tuple(point.name for point in entry_points(group=GROUPS[kind])) if kind in GROUPS else ()
+    return tuple(entry_points(group=group))
+
+
+def plugin_names(kind: str) -> tuple[str, ...]:
+    """The names installed plug-ins declare for `kind`'s group, without importing any of them."""
+    return tuple(point.name for point in _installed(GROUPS[kind])) if kind in GROUPS else ()
 
 
 def plugin_entry_points() -> list[tuple[str, str, str, str, str]]:
     """(group, name, value, package, version) of every installed entry point in `GROUPS`, sorted: what the saved
     early-check tables are keyed on, so installing or removing a plug-in makes them again."""
-    from importlib.metadata import entry_points
-
     found = []
     for group in GROUPS.values():
-        for point in entry_points(group=group):
+        for point in _installed(group):
             dist = getattr(point, "dist", None)
             found.append((group, point.name, point.value, _package(point), getattr(dist, "version", "") or ""))
     return sorted(found)
@@ -178,9 +184,7 @@ class Registry(Mapping[str, T], Generic[T]):
         if self._loaded:
             return
         self._loaded = True  # before loading: a plug-in that reads this registry while it loads does not recurse
-        from importlib.metadata import entry_points
-
-        for point in entry_points(group=self.group):
+        for point in _installed(self.group):
             package = _package(point)
             where = f"the {self.kind} plug-in {point.name!r} ({package}: {point.name} = {point.value})"
             module = point.value.split(":")[0].split(".")[0]
@@ -250,11 +254,19 @@ def check_signature(fn: Callable, kind: str, positional: tuple[str, ...]) -> Non
         )
 
 
+@functools.cache
+def _declared(fn: Callable) -> frozenset[str] | None:
+    """The keywords `fn` takes, or None where it takes `**kwargs` (any): read once per function."""
+    parameters = inspect.signature(fn).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return frozenset(p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
 def call_with(fn: Callable, *args, **available):
     """`fn(*args, **available)`, passing only the keywords `fn` declares (all of them where it takes `**kwargs`): a
     registered function names what it reads, and needs no `**_` for the rest."""
-    parameters = inspect.signature(fn).parameters.values()
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        names = {p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    names = _declared(fn)
+    if names is not None:
         available = {key: value for key, value in available.items() if key in names}
     return fn(*args, **available)
